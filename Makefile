@@ -1,0 +1,34 @@
+# The README's two commands: `make test` and `make run`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+CONFIG ?= examples/hatchway.yaml
+
+.PHONY: test run demo bench lint venv clean
+
+$(BIN)/hatchway: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $(BIN)/hatchway
+
+venv: $(BIN)/hatchway
+
+test: venv
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+run: venv
+	$(BIN)/hatchway serve --config $(CONFIG) --host 127.0.0.1 --port 8080
+
+demo: venv
+	$(BIN)/python -m hatchway.demo
+
+bench: venv
+	$(BIN)/python bench/run.py
+
+lint: venv
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hatchway

@@ -1,0 +1,85 @@
+"""Shared pieces of the benchmarks: free ports, processes that must be up, percentiles."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url, timeout=1.0)
+            return
+        except httpx.TransportError:
+            time.sleep(0.05)
+    raise TimeoutError(f"{url} did not come up in {timeout}s")
+
+
+@contextlib.contextmanager
+def process(args: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def summary(samples_ms: list[float]) -> dict[str, float]:
+    return {
+        "n": len(samples_ms),
+        "p50": percentile(samples_ms, 50),
+        "p90": percentile(samples_ms, 90),
+        "p99": percentile(samples_ms, 99),
+        "mean": statistics.fmean(samples_ms),
+    }
+
+
+async def sequential_latencies(url: str, body: bytes, headers: dict[str, str], n: int, warmup: int = 50) -> list[float]:
+    """Concurrency 1: one request after the other on a keep-alive connection; latency per request in ms."""
+    async with httpx.AsyncClient(timeout=30.0) as client:
+        for _ in range(warmup):
+            (await client.post(url, content=body, headers=headers)).raise_for_status()
+        out = []
+        for _ in range(n):
+            started = time.perf_counter()
+            response = await client.post(url, content=body, headers=headers)
+            out.append((time.perf_counter() - started) * 1000)
+            response.raise_for_status()
+        return out
+
+
+def python() -> str:
+    return sys.executable
+
+
+def run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(coro)

@@ -1,0 +1,18 @@
+"""`make bench`: every benchmark, one after the other, printing its figures."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import passthrough  # noqa: E402
+
+
+def main() -> None:
+    passthrough.print_table(passthrough.measure(requests=2000, latency_ms=20.0))
+
+
+if __name__ == "__main__":
+    main()

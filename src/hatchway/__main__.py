@@ -1,0 +1,3 @@
+from hatchway.cli import main
+
+main()

@@ -1,0 +1,33 @@
+"""``create_app``: the ASGI application over one Gateway."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from hatchway.api import chat, health, logs, models
+from hatchway.api.errors import install_error_handlers
+from hatchway.config.settings import Settings
+from hatchway.gateway import Gateway
+
+
+def create_app(settings: Settings, *, gateway: Gateway | None = None) -> FastAPI:
+    """The gateway as an ASGI app; resources open in the lifespan and close on shutdown."""
+    gw = gateway or Gateway(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await gw.start()
+        try:
+            yield
+        finally:
+            await gw.close()
+
+    app = FastAPI(title="Hatchway", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.gateway = gw
+    install_error_handlers(app)
+    for module in (health, models, chat, logs):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,274 @@
+"""``POST /v1/chat/completions``: the Chat Completions adapter over the agent loop."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+
+import orjson
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from starlette.responses import Response, StreamingResponse
+
+from hatchway.api.auth import authenticate, gateway_of
+from hatchway.api.context import run_context
+from hatchway.api.errors import parse_json_body, validate_body
+from hatchway.api.sse import DONE, SSE_HEADERS, data_event
+from hatchway.engine.context import Principal, RunContext
+from hatchway.engine.items import FunctionCall, Message, ToolSpec
+from hatchway.engine.loop import (
+    AgentLoop,
+    LoopEvent,
+    OutputTextDelta,
+    RunFinished,
+    RunResult,
+    ToolCallStarted,
+)
+from hatchway.engine.providers.chat_format import messages_to_items
+from hatchway.engine.tools.router import ToolRouter
+from hatchway.errors import HatchwayError
+from hatchway.gateway import Gateway, RunPlan
+from hatchway.ids import new_id
+from hatchway.observability.runlog import RequestTrace
+
+router = APIRouter()
+
+_HANDLED = {"model", "messages", "stream", "stream_options", "tools", "tool_choice", "parallel_tool_calls"}
+
+
+class ChatFunction(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: Annotated[str, Field(min_length=1, max_length=128)]
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ChatTool(BaseModel):
+    type: Literal["function"]
+    function: ChatFunction
+
+
+class ChatRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: Annotated[str, Field(min_length=1)]
+    messages: Annotated[list[Any], Field(min_length=1)]
+    stream: StrictBool = False
+    stream_options: dict[str, Any] | None = None
+    tools: list[ChatTool] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: StrictBool | None = None
+    n: Annotated[int, Field(ge=1, le=1)] | None = None
+
+    def passthrough(self) -> dict[str, Any]:
+        extra = {k: v for k, v in (self.model_extra or {}).items() if k not in _HANDLED}
+        if self.n is not None:
+            extra["n"] = self.n
+        return extra
+
+    def client_tools(self) -> list[ToolSpec]:
+        return [
+            ToolSpec(
+                name=t.function.name,
+                description=t.function.description or "",
+                parameters=t.function.parameters or {"type": "object", "properties": {}},
+                strict=t.function.strict,
+            )
+            for t in self.tools or []
+        ]
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(
+    request: Request, principal: Annotated[Principal, Depends(authenticate)]
+) -> Response:
+    gw = gateway_of(request)
+    ctx = run_context(request, principal, gw.settings.loop_deadline_seconds)
+    trace = RequestTrace("chat.completions", ctx)
+    try:
+        body = validate_body(ChatRequest, parse_json_body(await request.body()))
+        trace.model = body.model
+        plan = await gw.plan_run(body.model, ctx, ctx.request_headers)
+        trace.agent, trace.plugin_source = plan.agent, plan.plugin_source
+        items = messages_to_items(body.messages)
+        if plan.instructions:
+            items.insert(0, Message(role="system", content=plan.instructions))
+        loop = AgentLoop(
+            plan.model,
+            ToolRouter(toolsets=plan.toolsets, client_tools=body.client_tools()),
+            plan.loop,
+            tool_choice=body.tool_choice,
+            parallel_tool_calls=body.parallel_tool_calls,
+            params=body.passthrough(),
+        )
+        if body.stream:
+            return await _streamed(gw, loop, items, ctx, body, plan, trace)
+        result = await loop.run(items, ctx)
+    except HatchwayError as exc:
+        gw.log_writer.submit(trace.to_record(http_status=exc.status_code, error=exc.message))
+        raise
+    gw.log_writer.submit(trace.to_record(http_status=200, result=result))
+    payload = completion_body(result, body.model, created=int(time.time()))
+    return Response(orjson.dumps(payload), media_type="application/json", headers=_run_headers(result, trace))
+
+
+def _run_headers(result: RunResult, trace: RequestTrace) -> dict[str, str]:
+    headers = {"x-hatchway-request-id": trace.log_id, "x-hatchway-rounds": str(result.rounds)}
+    if result.max_rounds_hit:
+        headers["x-hatchway-max-rounds-hit"] = "true"
+    return headers
+
+
+def _tool_call_dict(call: FunctionCall, index: int | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": call.call_id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
+    if index is not None:
+        out["index"] = index
+    return out
+
+
+def completion_body(result: RunResult, model: str, *, created: int) -> dict[str, Any]:
+    """A ``chat.completion`` object for a finished run."""
+    message: dict[str, Any] = {"role": "assistant", "content": result.text, "refusal": None}
+    if result.client_calls:
+        message["tool_calls"] = [_tool_call_dict(c) for c in result.client_calls]
+    raw = result.last_response.raw if result.last_response else {}
+    body: dict[str, Any] = {
+        "id": new_id("chatcmpl").replace("_", "-", 1),
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": result.finish_reason, "logprobs": None}
+        ],
+        "usage": result.usage.to_chat(),
+    }
+    if "system_fingerprint" in raw:
+        body["system_fingerprint"] = raw["system_fingerprint"]
+    return body
+
+
+async def _streamed(
+    gw: Gateway,
+    loop: AgentLoop,
+    items: list[Any],
+    ctx: RunContext,
+    body: ChatRequest,
+    plan: RunPlan,
+    trace: RequestTrace,
+) -> Response:
+    if plan.stream_mode == "disabled":
+        # The plugin asked for no streaming: run to the end, then send the answer as one chunk so
+        # streaming clients still work; the header says what happened.
+        result = await loop.run(items, ctx)
+        gw.log_writer.submit(trace.to_record(http_status=200, result=result))
+        chunks = _ChunkWriter(body.model, include_usage=_include_usage(body))
+        frames = [chunks.role(), *chunks.text(result.text or ""), *chunks.finish(result), DONE]
+        headers = {**SSE_HEADERS, **_run_headers(result, trace), "x-hatchway-stream-mode": "disabled"}
+        return StreamingResponse(iter(frames), media_type="text/event-stream", headers=headers)
+
+    events = loop.events(items, ctx, stream=True)
+    head = await _prefetch(events)  # upstream errors before the first byte keep their HTTP status
+    chunks = _ChunkWriter(body.model, include_usage=_include_usage(body))
+
+    async def frames() -> AsyncIterator[bytes]:
+        result: RunResult | None = None
+        error: str | None = None
+        try:
+            yield chunks.role()
+            async for event in _chain(head, events):
+                if isinstance(event, OutputTextDelta):
+                    yield chunks.delta(event.text)
+                elif isinstance(event, RunFinished):
+                    result = event.result
+                    for frame in chunks.finish(result):
+                        yield frame
+            yield DONE
+        except HatchwayError as exc:
+            error = exc.message
+            yield data_event(exc.to_body())
+            yield DONE
+        finally:
+            http_status = 200 if error is None and result is not None else 499 if error is None else 502
+            gw.log_writer.submit(trace.to_record(http_status=http_status, result=result, error=error))
+
+    headers = {**SSE_HEADERS, "x-hatchway-request-id": trace.log_id}
+    return StreamingResponse(frames(), media_type="text/event-stream", headers=headers)
+
+
+def _include_usage(body: ChatRequest) -> bool:
+    return bool((body.stream_options or {}).get("include_usage"))
+
+
+async def _prefetch(events: AsyncIterator[LoopEvent]) -> list[LoopEvent]:
+    head: list[LoopEvent] = []
+    async for event in events:
+        head.append(event)
+        if isinstance(event, OutputTextDelta | RunFinished | ToolCallStarted):
+            break
+    return head
+
+
+async def _chain(head: list[LoopEvent], rest: AsyncIterator[LoopEvent]) -> AsyncIterator[LoopEvent]:
+    for event in head:
+        yield event
+    if head and isinstance(head[-1], RunFinished):
+        return
+    async for event in rest:
+        yield event
+
+
+class _ChunkWriter:
+    """Frames ``chat.completion.chunk`` objects with one id for the whole stream."""
+
+    def __init__(self, model: str, *, include_usage: bool) -> None:
+        self.id = new_id("chatcmpl").replace("_", "-", 1)
+        self.created = int(time.time())
+        self.model = model
+        self.include_usage = include_usage
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
+        return data_event(
+            {
+                "id": self.id,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.model,
+                "choices": [choice],
+            }
+        )
+
+    def role(self) -> bytes:
+        return self._chunk({"role": "assistant", "content": ""})
+
+    def delta(self, text: str) -> bytes:
+        return self._chunk({"content": text})
+
+    def text(self, text: str) -> list[bytes]:
+        return [self.delta(text)] if text else []
+
+    def finish(self, result: RunResult) -> list[bytes]:
+        frames = []
+        if result.client_calls:
+            calls = [_tool_call_dict(c, i) for i, c in enumerate(result.client_calls)]
+            frames.append(self._chunk({"tool_calls": calls}))
+        frames.append(self._chunk({}, result.finish_reason))
+        if self.include_usage:
+            frames.append(
+                data_event(
+                    {
+                        "id": self.id,
+                        "object": "chat.completion.chunk",
+                        "created": self.created,
+                        "model": self.model,
+                        "choices": [],
+                        "usage": result.usage.to_chat(),
+                    }
+                )
+            )
+        return frames

@@ -1,0 +1,29 @@
+"""Build the engine's RunContext from an HTTP request."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import Request
+
+from hatchway.engine.context import Principal, RunContext
+from hatchway.errors import InvalidRequest
+
+_MAX_ON_BEHALF_OF = 256
+
+
+def run_context(request: Request, principal: Principal, deadline_seconds: float) -> RunContext:
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    on_behalf_of = headers.get("x-on-behalf-of") or None
+    if on_behalf_of is not None and len(on_behalf_of) > _MAX_ON_BEHALF_OF:
+        raise InvalidRequest(
+            f"X-On-Behalf-Of: at most {_MAX_ON_BEHALF_OF} characters (got {len(on_behalf_of)})",
+            param="X-On-Behalf-Of",
+        )
+    return RunContext(
+        principal=principal,
+        request_headers=headers,
+        on_behalf_of=on_behalf_of,
+        session_key=headers.get("hatchway-session") or None,
+        deadline=time.monotonic() + deadline_seconds,
+    )

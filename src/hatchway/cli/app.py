@@ -1,0 +1,63 @@
+"""The Typer application and what every command shares: loading the config, friendly failures."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from hatchway.config.settings import DEFAULT_CONFIG_PATH, Settings, load_settings
+from hatchway.errors import ConfigError, HatchwayError
+
+T = TypeVar("T")
+
+app = typer.Typer(
+    name="hatchway",
+    help="Hatchway: an OpenAI-compatible agent gateway with server-side tools over MCP.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+ConfigOption = Annotated[
+    Path, typer.Option("--config", "-c", help="Path to hatchway.yaml.", envvar="HATCHWAY_CONFIG")
+]
+DEFAULT_CONFIG = Path(DEFAULT_CONFIG_PATH)
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def settings_from(config: Path) -> Settings:
+    """Load hatchway.yaml or exit non-zero with the file, the field paths and no traceback."""
+    if not config.exists():
+        raise fail(
+            f"{config}: no such file (pass --config or create hatchway.yaml; see examples/hatchway.yaml)", 2
+        )
+    try:
+        return load_settings(config)
+    except ConfigError as exc:
+        err_console.print(f"[bold red]error:[/] {exc.render()}", highlight=False)
+        raise typer.Exit(2) from None
+
+
+def run_async(factory: Callable[[], Awaitable[T]]) -> T:
+    """Run a coroutine; Hatchway errors become one red line and exit code 1."""
+    try:
+        return asyncio.run(factory())  # type: ignore[arg-type]
+    except HatchwayError as exc:
+        raise fail(exc.message) from None
+
+
+def as_json(value: Any) -> str:
+    import orjson
+
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()

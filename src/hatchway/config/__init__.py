@@ -1,0 +1,24 @@
+"""Configuration files as pydantic models: hatchway.yaml, plugins, agents."""
+
+from hatchway.config.loading import load_yaml_model, validation_problems
+from hatchway.config.settings import (
+    AgentConfig,
+    ModelConfig,
+    ProviderConfig,
+    RoutingRule,
+    Settings,
+    SubagentSettings,
+    load_settings,
+)
+
+__all__ = [
+    "AgentConfig",
+    "ModelConfig",
+    "ProviderConfig",
+    "RoutingRule",
+    "Settings",
+    "SubagentSettings",
+    "load_settings",
+    "load_yaml_model",
+    "validation_problems",
+]

@@ -1,0 +1,150 @@
+"""hatchway.yaml: providers, models, routing rules, agents, storage."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, PrivateAttr, field_validator, model_validator
+
+from hatchway.config.loading import StrictModel, load_yaml_model
+
+DEFAULT_CONFIG_PATH = "hatchway.yaml"
+_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+class ProviderConfig(StrictModel):
+    """One upstream, OpenAI-compatible model endpoint."""
+
+    id: Annotated[str, Field(pattern=_ID)]
+    base_url: str
+    api_key: str | None = None
+    """A literal key, ``env:NAME`` (read from the environment) or ``secret.<name>`` (from the vault)."""
+    timeout_seconds: Annotated[float, Field(gt=0)] = 120.0
+    connect_timeout_seconds: Annotated[float, Field(gt=0)] = 5.0
+    max_connections: Annotated[int, Field(ge=1)] = 200
+    headers: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"must be an http(s) URL such as http://127.0.0.1:9000/v1 (got {value!r})")
+        return value.rstrip("/")
+
+    @field_validator("api_key")
+    @classmethod
+    def _env_exists(cls, value: str | None) -> str | None:
+        if value and value.startswith("env:") and not value[4:]:
+            raise ValueError("env: needs a variable name, e.g. env:OPENAI_API_KEY")
+        return value
+
+
+class ModelConfig(StrictModel):
+    """A public model name and the provider model it maps to."""
+
+    name: str
+    provider: str
+    upstream_model: str | None = None
+
+    @property
+    def target(self) -> str:
+        return self.upstream_model or self.name
+
+
+class RuleMatch(StrictModel):
+    model: str
+
+
+class RoutingRule(StrictModel):
+    """Binds a plugin to requests for a model, without a header."""
+
+    name: str
+    match: RuleMatch
+    plugin: str
+
+
+class SubagentSettings(StrictModel):
+    enabled: bool = False
+    max_concurrent: Annotated[int, Field(ge=1, le=64)] = 4
+    max_depth: Annotated[int, Field(ge=1, le=8)] = 1
+
+
+class AgentConfig(StrictModel):
+    """An agent addressed as model ``agent:<name>``."""
+
+    name: Annotated[str, Field(pattern=_ID)]
+    model: str
+    instructions: str = ""
+    plugin: str | None = None
+    tools: str | None = None
+    tool_policies: str | None = None
+    subagents: SubagentSettings = Field(default_factory=SubagentSettings)
+
+
+class Settings(StrictModel):
+    """The whole of hatchway.yaml. Every key but ``providers`` is optional."""
+
+    database_url: str = "sqlite+aiosqlite:///./.hatchway/hatchway.db"
+    redis_url: str | None = None
+    master_key_file: str = "./.hatchway/master.key"
+    providers: Annotated[list[ProviderConfig], Field(min_length=1)]
+    models: list[ModelConfig] = Field(default_factory=list)
+    routing_rules: list[RoutingRule] = Field(default_factory=list)
+    agents: list[AgentConfig] = Field(default_factory=list)
+    allow_private_mcp_urls: bool = False
+    """Let plugins sent inline in a header reach loopback/private addresses (trusted networks only)."""
+    loop_deadline_seconds: Annotated[float, Field(gt=0)] = 120.0
+    max_tool_result_chars: Annotated[int, Field(ge=256)] = 20_000
+    log_retention_days: Annotated[int, Field(ge=1)] = 30
+
+    _config_dir: Path = PrivateAttr(default_factory=Path.cwd)
+
+    @model_validator(mode="after")
+    def _references(self) -> Settings:
+        ids = [p.id for p in self.providers]
+        seen: set[str] = set()
+        for i, pid in enumerate(ids):
+            if pid in seen:
+                raise ValueError(f"providers[{i}].id: duplicate provider id {pid!r}")
+            seen.add(pid)
+        for i, model in enumerate(self.models):
+            if model.provider not in seen:
+                raise ValueError(
+                    f"models[{i}].provider: unknown provider {model.provider!r} (known: {', '.join(ids)})"
+                )
+        names = [a.name for a in self.agents]
+        if len(names) != len(set(names)):
+            raise ValueError("agents: agent names must be unique")
+        return self
+
+    @property
+    def config_dir(self) -> Path:
+        """Directory that relative plugin/agent file paths are resolved against."""
+        return self._config_dir
+
+    def resolve_path(self, path: str) -> Path:
+        """A path from this file, relative to the file's own directory."""
+        p = Path(path)
+        return p if p.is_absolute() else self._config_dir / p
+
+    def provider(self, provider_id: str) -> ProviderConfig | None:
+        return next((p for p in self.providers if p.id == provider_id), None)
+
+
+def apply_env_overrides(settings: Settings) -> Settings:
+    """``HATCHWAY_DATABASE_URL`` / ``HATCHWAY_REDIS_URL`` win over the file (deployments, tests)."""
+    if url := os.environ.get("HATCHWAY_DATABASE_URL"):
+        settings.database_url = url
+    if url := os.environ.get("HATCHWAY_REDIS_URL"):
+        settings.redis_url = url
+    return settings
+
+
+def load_settings(path: str | Path = DEFAULT_CONFIG_PATH) -> Settings:
+    """Load and validate hatchway.yaml; raises ConfigError naming the file and each field path."""
+    settings = load_yaml_model(Settings, path)
+    settings._config_dir = Path(path).resolve().parent
+    return apply_env_overrides(settings)

@@ -1,0 +1,1 @@
+"""The agent loop, API-agnostic: canonical items in, events out."""

@@ -1,0 +1,98 @@
+"""Canonical items the engine works on (Responses-style); adapters map their wire formats to these.
+
+Message content is a string or a list of Responses-style parts (``input_text``, ``output_text``,
+``input_image``…); part types the engine does not know are carried through untouched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["system", "developer", "user", "assistant"]
+
+
+@dataclass(slots=True)
+class Message:
+    role: Role
+    content: str | list[dict[str, Any]]
+    id: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The concatenated text of the content."""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(str(p.get("text", "")) for p in self.content if "text" in p)
+
+
+@dataclass(slots=True)
+class FunctionCall:
+    call_id: str
+    name: str
+    arguments: str
+    id: str | None = None
+
+
+@dataclass(slots=True)
+class FunctionCallOutput:
+    call_id: str
+    output: str
+    id: str | None = None
+
+
+Item = Message | FunctionCall | FunctionCallOutput
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def add(self, other: Usage) -> None:
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.cached_tokens += other.cached_tokens
+        self.reasoning_tokens += other.reasoning_tokens
+
+    def to_chat(self) -> dict[str, Any]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+        }
+
+
+@dataclass(slots=True)
+class ToolSpec:
+    """A function tool as the model sees it."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+    strict: bool | None = None
+
+    def to_chat(self) -> dict[str, Any]:
+        fn: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "parameters": self.parameters,
+        }
+        if self.strict is not None:
+            fn["strict"] = self.strict
+        return {"type": "function", "function": fn}
+
+
+def text_of(content: Any) -> str:
+    """Text of a chat/Responses content value (string or parts)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ""

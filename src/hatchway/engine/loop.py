@@ -1,0 +1,400 @@
+"""The agent loop: model → tool calls → execute → append results → model, bounded by rounds and a deadline.
+
+One loop serves both APIs. ``AgentLoop.events()`` yields what happens as it happens (adapters stream
+it); ``AgentLoop.run()`` drains it and returns the ``RunResult``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from hatchway.engine.context import RunContext
+from hatchway.engine.items import FunctionCall, FunctionCallOutput, Item, Message, Usage
+from hatchway.engine.providers.base import ModelRequest, ModelResponse, StreamDone, TextDelta
+from hatchway.engine.providers.routing import ResolvedModel
+from hatchway.engine.steps import (
+    NextStep,
+    NextStepFinalOutput,
+    NextStepInterruption,
+    NextStepMaxRounds,
+    NextStepPauseForClient,
+    NextStepRunTools,
+    NextStepTimeout,
+)
+from hatchway.engine.tools.base import Interruption, ToolResult
+from hatchway.engine.tools.router import ToolRouter
+
+TRUNCATION_MARKER = "\n…[truncated {n} characters]"
+
+
+@dataclass(slots=True)
+class LoopSettings:
+    max_rounds: int = 10
+    tool_call_parallel: bool = True
+    max_tool_calls: int | None = None
+    max_tool_result_chars: int = 20_000
+
+
+@dataclass
+class RunResult:
+    """Everything a run produced, for the adapters and the run log."""
+
+    new_items: list[Item] = field(default_factory=list)
+    """Items this run appended to the conversation, in order."""
+    text: str | None = None
+    """The final assistant text (or the question asked of the user on an interruption)."""
+    client_calls: list[FunctionCall] = field(default_factory=list)
+    finish_reason: str = "stop"
+    usage: Usage = field(default_factory=Usage)
+    rounds: int = 0
+    max_rounds_hit: bool = False
+    tool_calls: int = 0
+    interruption: Interruption | None = None
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    last_response: ModelResponse | None = None
+
+    @property
+    def has_tool_calls(self) -> bool:
+        return self.tool_calls > 0 or bool(self.client_calls)
+
+
+@dataclass(frozen=True, slots=True)
+class RoundStarted:
+    round: int
+
+
+@dataclass(frozen=True, slots=True)
+class OutputTextDelta:
+    round: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStarted:
+    round: int
+    call: FunctionCall
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallFinished:
+    round: int
+    call: FunctionCall
+    result: ToolResult
+    duration_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunFinished:
+    result: RunResult
+
+
+LoopEvent = RoundStarted | OutputTextDelta | ToolCallStarted | ToolCallFinished | RunFinished
+
+
+class _DeadlinePassed(Exception):
+    pass
+
+
+class AgentLoop:
+    """Runs one request's rounds against one model and one tool router."""
+
+    def __init__(
+        self,
+        model: ResolvedModel,
+        router: ToolRouter,
+        settings: LoopSettings | None = None,
+        *,
+        tool_choice: Any = None,
+        parallel_tool_calls: bool | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> None:
+        self.model = model
+        self.router = router
+        self.settings = settings or LoopSettings()
+        self.tool_choice = tool_choice
+        self.parallel_tool_calls = parallel_tool_calls
+        self.params = params or {}
+
+    async def run(self, items: list[Item], ctx: RunContext) -> RunResult:
+        """Run to the end without streaming."""
+        result: RunResult | None = None
+        async for event in self.events(items, ctx, stream=False):
+            if isinstance(event, RunFinished):
+                result = event.result
+        assert result is not None
+        return result
+
+    async def events(self, items: list[Item], ctx: RunContext, *, stream: bool) -> AsyncIterator[LoopEvent]:
+        """The run as events; the last one is always ``RunFinished``."""
+        result = RunResult()
+        conversation = list(items)
+        specs = await self.router.prepare(ctx)
+        for toolset in self.router.toolsets:
+            preamble = await toolset.before_run(conversation, ctx)
+            if preamble is None:
+                continue
+            conversation.extend(preamble.items)
+            result.new_items.extend(preamble.items)
+            if preamble.answer is not None:
+                self._finish_with_message(result, preamble.answer, "stop")
+                yield RunFinished(result)
+                return
+
+        while True:
+            result.rounds += 1
+            yield RoundStarted(result.rounds)
+            request = self._request(conversation, specs, result)
+            started = time.monotonic()
+            try:
+                if stream:
+                    response = None
+                    async for delta in self._stream_model(request, ctx):
+                        if isinstance(delta, StreamDone):
+                            response = delta.response
+                        else:
+                            yield OutputTextDelta(result.rounds, delta.text)
+                    assert response is not None
+                else:
+                    response = await _before_deadline(self.model.provider.request(request), ctx)
+            except _DeadlinePassed:
+                result.steps.append(_model_step(result.rounds, started, None, "timeout"))
+                self._finish_timeout(result)
+                yield RunFinished(result)
+                return
+            result.steps.append(_model_step(result.rounds, started, response, "ok"))
+            result.usage.add(response.usage)
+            result.last_response = response
+            self._append_response(response, conversation, result)
+
+            step = self._decide(response, result)
+            if isinstance(step, NextStepFinalOutput | NextStepMaxRounds):
+                result.text = response.text
+                result.finish_reason = (
+                    response.finish_reason if isinstance(step, NextStepFinalOutput) else "max_rounds"
+                )
+                result.max_rounds_hit = isinstance(step, NextStepMaxRounds)
+                yield RunFinished(result)
+                return
+
+            calls = step.calls if isinstance(step, NextStepRunTools) else step.server_calls
+            interruption = None
+            async for event in self._run_tools(calls, conversation, result, ctx):
+                if isinstance(event, NextStepTimeout):
+                    self._finish_timeout(result)
+                    yield RunFinished(result)
+                    return
+                if isinstance(event, NextStepInterruption):
+                    interruption = event.interruption
+                    continue
+                yield event
+            if isinstance(step, NextStepPauseForClient):
+                result.client_calls = step.client_calls
+                result.text = response.text
+                result.finish_reason = "tool_calls"
+                yield RunFinished(result)
+                return
+            if interruption is not None:
+                result.interruption = interruption
+                self._finish_with_message(result, interruption.message, "stop")
+                yield RunFinished(result)
+                return
+
+    # -- one round -------------------------------------------------------------------------------
+
+    def _request(self, conversation: list[Item], specs: list[Any], result: RunResult) -> ModelRequest:
+        cap = self.settings.max_tool_calls
+        budget_left = cap is None or result.tool_calls < cap
+        tools = specs if budget_left else list(self.router.client_tools)
+        return ModelRequest(
+            model=self.model.upstream_model,
+            items=conversation,
+            tools=tools,
+            tool_choice=self.tool_choice,
+            parallel_tool_calls=self.parallel_tool_calls,
+            params=self.params,
+        )
+
+    async def _stream_model(
+        self, request: ModelRequest, ctx: RunContext
+    ) -> AsyncIterator[TextDelta | StreamDone]:
+        stream = self.model.provider.stream(request)
+        try:
+            while True:
+                try:
+                    event = await _before_deadline(anext(stream), ctx)
+                except StopAsyncIteration:
+                    return
+                if isinstance(event, TextDelta | StreamDone):
+                    yield event
+        finally:
+            await stream.aclose()
+
+    def _append_response(self, response: ModelResponse, conversation: list[Item], result: RunResult) -> None:
+        new: list[Item] = []
+        if response.text:
+            new.append(Message(role="assistant", content=response.text))
+        new.extend(response.tool_calls)
+        conversation.extend(new)
+        result.new_items.extend(new)
+
+    def _decide(self, response: ModelResponse, result: RunResult) -> NextStep:
+        if not response.tool_calls:
+            return NextStepFinalOutput()
+        client = [c for c in response.tool_calls if self.router.is_client_call(c)]
+        server = [c for c in response.tool_calls if not self.router.is_client_call(c)]
+        if client:
+            return NextStepPauseForClient(client_calls=client, server_calls=server)
+        if result.rounds >= self.settings.max_rounds:
+            return NextStepMaxRounds()
+        return NextStepRunTools(calls=server)
+
+    # -- tools ----------------------------------------------------------------------------------
+
+    async def _run_tools(
+        self, calls: list[FunctionCall], conversation: list[Item], result: RunResult, ctx: RunContext
+    ) -> AsyncIterator[ToolCallStarted | ToolCallFinished | NextStepTimeout | NextStepInterruption]:
+        allowed, refused = self._within_budget(calls, result)
+        for call in allowed:
+            yield ToolCallStarted(result.rounds, call)
+        outcomes: dict[str, tuple[ToolResult, float]] = {}
+        timed_out = False
+        try:
+            if self.settings.tool_call_parallel and len(allowed) > 1:
+                await self._gather(allowed, ctx, outcomes)
+            else:
+                for call in allowed:
+                    outcomes[call.call_id] = await _before_deadline(self._timed_call(call, ctx), ctx)
+        except _DeadlinePassed:
+            timed_out = True
+        for call in refused:
+            outcomes[call.call_id] = (
+                ToolResult.error("max_tool_calls_reached", "This response reached max_tool_calls; not run."),
+                0.0,
+            )
+        interruption: Interruption | None = None
+        for call in calls:
+            tool_result, duration = outcomes.get(call.call_id) or (
+                ToolResult.error(
+                    "timeout", "The run's deadline passed before this tool finished.", outcome="timeout"
+                ),
+                0.0,
+            )
+            tool_result.output = self._fit(ctx.redact(tool_result.output))
+            output = FunctionCallOutput(call_id=call.call_id, output=tool_result.output)
+            conversation.append(output)
+            result.new_items.append(output)
+            result.steps.append(_tool_step(result.rounds, call, tool_result, duration, ctx))
+            if tool_result.interrupt is not None and interruption is None:
+                interruption = tool_result.interrupt
+            if call in allowed:
+                yield ToolCallFinished(result.rounds, call, tool_result, duration)
+        result.tool_calls += len(allowed)
+        if timed_out:
+            yield NextStepTimeout()
+        elif interruption is not None:
+            yield NextStepInterruption(interruption)
+
+    def _within_budget(
+        self, calls: list[FunctionCall], result: RunResult
+    ) -> tuple[list[FunctionCall], list[FunctionCall]]:
+        cap = self.settings.max_tool_calls
+        if cap is None:
+            return list(calls), []
+        room = max(cap - result.tool_calls, 0)
+        return list(calls[:room]), list(calls[room:])
+
+    async def _gather(
+        self, calls: list[FunctionCall], ctx: RunContext, outcomes: dict[str, tuple[ToolResult, float]]
+    ) -> None:
+        tasks = {asyncio.create_task(self._timed_call(c, ctx)): c for c in calls}
+        done, pending = await asyncio.wait(tasks, timeout=max(ctx.remaining(), 0))
+        for task in done:
+            outcomes[tasks[task].call_id] = task.result()
+        if pending:
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            raise _DeadlinePassed
+
+    async def _timed_call(self, call: FunctionCall, ctx: RunContext) -> tuple[ToolResult, float]:
+        started = time.monotonic()
+        try:
+            tool_result = await self.router.call(call, ctx)
+        except Exception as exc:  # a failing tool never crashes the loop
+            tool_result = ToolResult.error("tool_failed", f"{type(exc).__name__}: {exc}")
+        return tool_result, (time.monotonic() - started) * 1000
+
+    def _fit(self, output: str) -> str:
+        limit = self.settings.max_tool_result_chars
+        if len(output) <= limit:
+            return output
+        return output[:limit] + TRUNCATION_MARKER.format(n=len(output) - limit)
+
+    # -- endings ---------------------------------------------------------------------------------
+
+    def _finish_timeout(self, result: RunResult) -> None:
+        last = result.last_response
+        result.text = last.text if last is not None else None
+        result.finish_reason = "timeout"
+
+    def _finish_with_message(self, result: RunResult, text: str, finish_reason: str) -> None:
+        message = Message(role="assistant", content=text)
+        result.new_items.append(message)
+        result.text = text
+        result.finish_reason = finish_reason
+
+
+async def _before_deadline(awaitable: Any, ctx: RunContext) -> Any:
+    remaining = ctx.remaining()
+    if remaining <= 0:
+        if hasattr(awaitable, "close"):
+            awaitable.close()
+        raise _DeadlinePassed
+    try:
+        return await asyncio.wait_for(awaitable, remaining)
+    except TimeoutError:
+        raise _DeadlinePassed from None
+
+
+def _model_step(
+    round_no: int, started: float, response: ModelResponse | None, outcome: str
+) -> dict[str, Any]:
+    step: dict[str, Any] = {
+        "type": "model_call",
+        "round": round_no,
+        "duration_ms": round((time.monotonic() - started) * 1000, 3),
+        "outcome": outcome,
+    }
+    if response is not None:
+        step.update(
+            finish_reason=response.finish_reason,
+            prompt_tokens=response.usage.prompt_tokens,
+            completion_tokens=response.usage.completion_tokens,
+            tool_calls=[c.name for c in response.tool_calls],
+        )
+    return step
+
+
+def _tool_step(
+    round_no: int, call: FunctionCall, result: ToolResult, duration_ms: float, ctx: RunContext
+) -> dict[str, Any]:
+    meta = dict(result.meta)
+    return {
+        "type": "tool_call",
+        "round": round_no,
+        "call_id": call.call_id,
+        "name": call.name,
+        "server": meta.pop("server", None),
+        "tool": meta.pop("tool", call.name),
+        "arguments": ctx.redact(call.arguments),
+        "duration_ms": round(duration_ms, 3),
+        "outcome": meta.pop("outcome", "error" if result.is_error else "ok"),
+        "cached": bool(meta.pop("cached", False)),
+        "retries": int(meta.pop("retries", 0)),
+        "result_preview": result.output[:500],
+        **meta,
+    }

@@ -1,0 +1,74 @@
+"""Public model names → (provider, upstream model)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hatchway.config.settings import Settings
+from hatchway.engine.providers.base import ModelProvider
+from hatchway.engine.providers.openai_compat import OpenAICompatProvider
+from hatchway.errors import ConfigError, ModelNotFound
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedModel:
+    public_name: str
+    provider: ModelProvider
+    upstream_model: str
+
+
+SecretLookup = Callable[[str], str | None]
+
+
+def resolve_api_key(value: str | None, secret_lookup: SecretLookup | None = None) -> str | None:
+    """A provider key from a literal, ``env:NAME`` or ``secret.<name>`` (vault, system scope)."""
+    if not value:
+        return None
+    if value.startswith("env:"):
+        return os.environ.get(value[4:]) or None
+    if value.startswith("secret."):
+        return secret_lookup(value) if secret_lookup else None
+    return value
+
+
+class ModelRouter:
+    """Builds one provider client per configured provider and resolves model names to them."""
+
+    def __init__(self, settings: Settings, secret_lookup: SecretLookup | None = None) -> None:
+        self.settings = settings
+        self.providers: dict[str, ModelProvider] = {}
+        for i, cfg in enumerate(settings.providers):
+            if cfg.api_key and cfg.api_key.startswith("env:") and cfg.api_key[4:] not in os.environ:
+                raise ConfigError(
+                    "hatchway.yaml",
+                    [(f"providers[{i}].api_key", f"environment variable {cfg.api_key[4:]} is not set")],
+                )
+            self.providers[cfg.id] = OpenAICompatProvider(
+                cfg.id,
+                cfg.base_url,
+                api_key=resolve_api_key(cfg.api_key, secret_lookup),
+                timeout=cfg.timeout_seconds,
+                connect_timeout=cfg.connect_timeout_seconds,
+                max_connections=cfg.max_connections,
+                headers=cfg.headers,
+            )
+        self._models = {m.name: (m.provider, m.target) for m in settings.models}
+
+    def resolve(self, name: str) -> ResolvedModel:
+        """The provider and upstream name for a public model name or ``<provider>/<model>``."""
+        if name in self._models:
+            provider_id, target = self._models[name]
+            return ResolvedModel(name, self.providers[provider_id], target)
+        provider_id, sep, target = name.partition("/")
+        if sep and target and provider_id in self.providers:
+            return ResolvedModel(name, self.providers[provider_id], target)
+        raise ModelNotFound(name)
+
+    def public_models(self) -> list[str]:
+        return list(self._models)
+
+    async def aclose(self) -> None:
+        for provider in self.providers.values():
+            await provider.aclose()

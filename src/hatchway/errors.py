@@ -1,0 +1,213 @@
+"""Every error Hatchway raises, in one tree.
+
+    HatchwayError
+    ├── ConfigError ............ a bad hatchway.yaml, plugin, tools.yaml or policy file
+    ├── RequestError ........... the caller's fault, mapped to a 4xx
+    │   ├── InvalidRequest ..... 400 (field path in ``param``)
+    │   ├── AuthenticationError  401
+    │   ├── PermissionDenied ... 403
+    │   ├── NotFound ........... 404
+    │   │   └── ModelNotFound
+    │   └── Conflict ........... 409
+    ├── ProviderError .......... the upstream LLM failed
+    │   ├── ProviderUnavailable  502 (connect error, broken response)
+    │   ├── ProviderTimeout .... 504
+    │   └── ProviderStatusError  the upstream's own 4xx passed through, 5xx as 502
+    ├── ToolError .............. a tool call failed; the model receives it as a structured result
+    │   ├── McpServerError
+    │   └── ToolTimeout
+    └── VaultError ............. secrets could not be stored or read
+        ├── SecretNotFound
+        └── DecryptionError
+
+Policy outcomes such as a confirmation being required are loop steps, not errors.
+Each class knows its HTTP status and OpenAI error ``type``; ``api/errors.py`` turns any of them
+into ``{"error": {"message", "type", "param", "code"}}`` in one place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class HatchwayError(Exception):
+    """Base of every error Hatchway raises on purpose."""
+
+    status_code: int = 500
+    error_type: str = "server_error"
+    default_code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code or self.default_code
+
+    def to_body(self) -> dict[str, Any]:
+        """The OpenAI-shaped error body."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.error_type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+class ConfigError(HatchwayError):
+    """A configuration file is invalid; ``problems`` lists ``(field path, message)`` pairs."""
+
+    status_code = 400
+    error_type = "invalid_request_error"
+    default_code = "invalid_config"
+
+    def __init__(self, source: str, problems: list[tuple[str, str]]) -> None:
+        self.source = source
+        self.problems = problems
+        lines = [f"{path}: {msg}" if path else msg for path, msg in problems]
+        first = problems[0][0] if problems else None
+        super().__init__(f"{source}: " + "; ".join(lines), param=first or None)
+
+    def render(self) -> str:
+        """A multi-line report for the CLI: the file, then one line per problem."""
+        body = "\n".join(f"  {path or '(root)'}: {msg}" for path, msg in self.problems)
+        return f"{self.source} is invalid:\n{body}"
+
+
+class RequestError(HatchwayError):
+    """The request cannot be served as sent."""
+
+    status_code = 400
+    error_type = "invalid_request_error"
+
+
+class InvalidRequest(RequestError):
+    """Malformed or contradictory input; ``param`` names the field."""
+
+    default_code = "invalid_request"
+
+
+class AuthenticationError(RequestError):
+    """Missing or wrong API key."""
+
+    status_code = 401
+    error_type = "authentication_error"
+    default_code = "invalid_api_key"
+
+
+class PermissionDenied(RequestError):
+    """Authenticated, but not allowed to do this."""
+
+    status_code = 403
+    error_type = "permission_error"
+    default_code = "forbidden"
+
+
+class NotFound(RequestError):
+    """The named object does not exist for this organisation."""
+
+    status_code = 404
+    error_type = "not_found_error"
+    default_code = "not_found"
+
+
+class ModelNotFound(NotFound):
+    """No provider serves the requested model."""
+
+    default_code = "model_not_found"
+
+    def __init__(self, model: str) -> None:
+        super().__init__(
+            f"The model '{model}' does not exist: use a name from GET /v1/models or '<provider>/<model>'.",
+            param="model",
+        )
+
+
+class Conflict(RequestError):
+    """The object is in a state that does not allow this action."""
+
+    status_code = 409
+    default_code = "conflict"
+
+
+class ProviderError(HatchwayError):
+    """The upstream model provider failed."""
+
+    status_code = 502
+    error_type = "upstream_error"
+    default_code = "upstream_error"
+
+
+class ProviderUnavailable(ProviderError):
+    """The upstream could not be reached or answered with something unusable."""
+
+    default_code = "upstream_unavailable"
+
+
+class ProviderTimeout(ProviderError):
+    """The upstream did not answer in time."""
+
+    status_code = 504
+    default_code = "upstream_timeout"
+
+
+class ProviderStatusError(ProviderError):
+    """The upstream answered with an error status; 4xx are passed through as-is."""
+
+    def __init__(self, status: int, message: str, *, body: dict[str, Any] | None = None) -> None:
+        super().__init__(message, code=f"upstream_{status}")
+        self.upstream_status = status
+        self.status_code = status if 400 <= status < 500 else 502
+        self.body = body
+        if 400 <= status < 500:
+            self.error_type = "invalid_request_error" if status != 429 else "rate_limit_error"
+
+    def to_body(self) -> dict[str, Any]:
+        if self.body and isinstance(self.body.get("error"), dict) and 400 <= self.upstream_status < 500:
+            return self.body
+        return super().to_body()
+
+
+class ToolError(HatchwayError):
+    """A tool call failed; the loop hands it to the model as a structured result."""
+
+    error_type = "tool_error"
+    default_code = "tool_error"
+
+    def __init__(self, message: str, *, code: str | None = None, transient: bool = False) -> None:
+        super().__init__(message, code=code)
+        self.transient = transient
+
+
+class McpServerError(ToolError):
+    """The MCP server could not be reached or broke the protocol."""
+
+    default_code = "mcp_server_error"
+
+
+class ToolTimeout(ToolError):
+    """The tool did not answer within its server's ``timeout_ms``."""
+
+    default_code = "tool_timeout"
+
+
+class VaultError(HatchwayError):
+    """Secrets could not be stored or read."""
+
+    error_type = "vault_error"
+    default_code = "vault_error"
+
+
+class SecretNotFound(VaultError):
+    """No secret of that name in this organisation."""
+
+    status_code = 404
+    error_type = "not_found_error"
+    default_code = "secret_not_found"
+
+
+class DecryptionError(VaultError):
+    """A secret could not be decrypted (wrong master key or tampered data)."""
+
+    default_code = "decryption_failed"

@@ -1,0 +1,1 @@
+"""Run logs with steps, redaction, OpenTelemetry spans, Prometheus metrics."""

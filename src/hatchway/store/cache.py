@@ -1,0 +1,68 @@
+"""The one cache interface: in-process by default, Redis when ``redis_url`` is set (scale-out issue).
+
+Values are JSON-serialisable. Anything that must be shared across replicas (tool results, listed
+tools, OAuth tokens) goes through here, never through a module-level dict.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from typing import Any
+
+import orjson
+
+
+class Cache(ABC):
+    """A TTL key-value cache of JSON values."""
+
+    @abstractmethod
+    async def get(self, key: str) -> Any | None:
+        """The value, or None when absent or expired."""
+
+    @abstractmethod
+    async def set(self, key: str, value: Any, ttl_seconds: float) -> None:
+        """Store ``value`` for ``ttl_seconds``."""
+
+    @abstractmethod
+    async def delete(self, key: str) -> None:
+        """Forget ``key``."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""
+
+
+class MemoryCache(Cache):
+    """Process-local cache; entries are copied in and out so callers never share mutable state."""
+
+    def __init__(self, max_entries: int = 10_000, clock: Any = time.monotonic) -> None:
+        self._data: dict[str, tuple[float, bytes]] = {}
+        self._max = max_entries
+        self._clock = clock
+
+    async def get(self, key: str) -> Any | None:
+        entry = self._data.get(key)
+        if entry is None:
+            return None
+        expires, raw = entry
+        if expires <= self._clock():
+            self._data.pop(key, None)
+            return None
+        return orjson.loads(raw)
+
+    async def set(self, key: str, value: Any, ttl_seconds: float) -> None:
+        if ttl_seconds <= 0:
+            return
+        if len(self._data) >= self._max:
+            self._evict()
+        self._data[key] = (self._clock() + ttl_seconds, orjson.dumps(value))
+
+    async def delete(self, key: str) -> None:
+        self._data.pop(key, None)
+
+    def _evict(self) -> None:
+        now = self._clock()
+        for key in [k for k, (exp, _) in self._data.items() if exp <= now]:
+            del self._data[key]
+        while len(self._data) >= self._max:
+            self._data.pop(next(iter(self._data)))

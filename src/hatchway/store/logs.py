@@ -1,0 +1,169 @@
+"""Request logs: written in batches off the request's path, never lost on shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+
+from hatchway.errors import NotFound
+from hatchway.store.db import Database
+from hatchway.store.tables import RequestLog
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class LogQuery:
+    has_tool_calls: bool | None = None
+    model: str | None = None
+    status: str | None = None
+    on_behalf_of: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    after: str | None = None
+    """Cursor: return records older than this id (ids are time-ordered)."""
+    limit: int = 50
+
+
+class LogWriter:
+    """Queues records and inserts them in batches; ``flush()`` waits until all queued ones are stored."""
+
+    def __init__(self, db: Database, *, batch_size: int = 200) -> None:
+        self.db = db
+        self.batch_size = batch_size
+        self._queue: asyncio.Queue[RequestLog] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self._pending = 0
+        self._drained = asyncio.Event()
+        self._drained.set()
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._drain(), name="hatchway-log-writer")
+
+    def submit(self, record: RequestLog) -> None:
+        """Queue one record; returns at once."""
+        self._pending += 1
+        self._drained.clear()
+        self._queue.put_nowait(record)
+
+    async def flush(self) -> None:
+        """Wait until every record submitted so far is in the database."""
+        if self._task is None:
+            await self._write(self._take())
+        else:
+            await self._drained.wait()
+
+    async def close(self) -> None:
+        """Write what is queued, then stop."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        while not self._queue.empty():
+            await self._write(self._take())
+
+    def _take(self) -> list[RequestLog]:
+        batch = []
+        while not self._queue.empty() and len(batch) < self.batch_size:
+            batch.append(self._queue.get_nowait())
+        return batch
+
+    async def _drain(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            batch.extend(self._take())
+            write = asyncio.ensure_future(self._write(batch))
+            try:
+                await asyncio.shield(write)
+            except asyncio.CancelledError:
+                await write  # finish the batch in flight; close() writes the rest
+                raise
+
+    async def _write(self, batch: list[RequestLog]) -> None:
+        if not batch:
+            return
+        try:
+            async with self.db.session() as s:
+                s.add_all(batch)
+        except Exception:
+            logger.exception("could not store %d request log record(s)", len(batch))
+        finally:
+            self._pending -= len(batch)
+            if self._pending <= 0:
+                self._pending = 0
+                self._drained.set()
+
+
+class RequestLogStore:
+    """Org-scoped reads of the request log."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def list(self, org_id: str, query: LogQuery) -> list[RequestLog]:
+        stmt = select(RequestLog).where(RequestLog.org_id == org_id)
+        if query.has_tool_calls is not None:
+            stmt = stmt.where(RequestLog.has_tool_calls.is_(query.has_tool_calls))
+        if query.model:
+            stmt = stmt.where(RequestLog.model == query.model)
+        if query.status:
+            stmt = stmt.where(RequestLog.status == query.status)
+        if query.on_behalf_of:
+            stmt = stmt.where(RequestLog.on_behalf_of == query.on_behalf_of)
+        if query.since:
+            stmt = stmt.where(RequestLog.created_at >= query.since)
+        if query.until:
+            stmt = stmt.where(RequestLog.created_at < query.until)
+        if query.after:
+            stmt = stmt.where(RequestLog.id < query.after)
+        stmt = stmt.order_by(RequestLog.id.desc()).limit(query.limit)
+        async with self.db.session() as s:
+            return list(await s.scalars(stmt))
+
+    async def get(self, org_id: str, log_id: str) -> RequestLog:
+        async with self.db.session() as s:
+            row = await s.scalar(
+                select(RequestLog).where(RequestLog.org_id == org_id, RequestLog.id == log_id)
+            )
+        if row is None:
+            raise NotFound(f"No request log '{log_id}'.", param="id")
+        return row
+
+
+def log_to_dict(row: RequestLog) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "object": "request_log",
+        "created_at": int(row.created_at.timestamp()),
+        "org_id": row.org_id,
+        "key_name": row.key_name,
+        "on_behalf_of": row.on_behalf_of,
+        "route": row.route,
+        "model": row.model,
+        "agent": row.agent,
+        "plugin_source": row.plugin_source,
+        "status": row.status,
+        "http_status": row.http_status,
+        "finish_reason": row.finish_reason,
+        "latency_ms": row.latency_ms,
+        "usage": {
+            "prompt_tokens": row.prompt_tokens,
+            "completion_tokens": row.completion_tokens,
+            "total_tokens": row.total_tokens,
+        },
+        "rounds": row.rounds,
+        "max_rounds_hit": row.max_rounds_hit,
+        "has_tool_calls": row.has_tool_calls,
+        "steps": row.steps,
+        "error": row.error,
+        "response_id": row.response_id,
+        "parent_id": row.parent_id,
+    }

@@ -1,0 +1,101 @@
+"""Organisations and API keys. Keys are shown once and stored as SHA-256 hashes."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from hatchway.engine.context import Principal
+from hatchway.errors import AuthenticationError, Conflict, NotFound
+from hatchway.ids import new_id
+from hatchway.store.db import Database
+from hatchway.store.tables import ApiKey, Organization
+
+KEY_PREFIX = "hw-"
+_AUTH_CACHE_SECONDS = 10.0
+"""A revoked key keeps working on a replica for at most this long; the cache spares a DB read per request."""
+
+
+def hash_key(key: str) -> str:
+    # Keys carry 256 bits of randomness, so a fast hash is enough (no password stretching needed).
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+class OrgStore:
+    """Creates organisations and keys; turns a bearer key into a Principal."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._auth_cache: dict[str, tuple[float, Principal]] = {}
+
+    async def create_org(self, name: str) -> Organization:
+        org = Organization(id=new_id("org"), name=name)
+        try:
+            async with self.db.session() as s:
+                s.add(org)
+        except IntegrityError:
+            raise Conflict(f"An organisation named '{name}' already exists.", param="name") from None
+        return org
+
+    async def get_org(self, name_or_id: str) -> Organization:
+        async with self.db.session() as s:
+            org = await s.scalar(
+                select(Organization).where(
+                    (Organization.name == name_or_id) | (Organization.id == name_or_id)
+                )
+            )
+        if org is None:
+            raise NotFound(f"No organisation named '{name_or_id}'.", param="org")
+        return org
+
+    async def list_orgs(self) -> list[Organization]:
+        async with self.db.session() as s:
+            return list(await s.scalars(select(Organization).order_by(Organization.created_at)))
+
+    async def create_key(self, org_name_or_id: str, name: str = "default") -> tuple[ApiKey, str]:
+        """A new key for the organisation: returns the row and the plaintext key (shown once)."""
+        org = await self.get_org(org_name_or_id)
+        plaintext = KEY_PREFIX + secrets.token_urlsafe(32)
+        row = ApiKey(
+            id=new_id("key"),
+            org_id=org.id,
+            name=name,
+            key_prefix=plaintext[:10],
+            key_hash=hash_key(plaintext),
+        )
+        async with self.db.session() as s:
+            s.add(row)
+        return row, plaintext
+
+    async def authenticate(self, bearer: str | None) -> Principal:
+        """The Principal behind ``Authorization: Bearer <key>``; AuthenticationError otherwise."""
+        if not bearer:
+            raise AuthenticationError(
+                "Missing API key: send 'Authorization: Bearer <key>' "
+                "(create one with `hatchway keys create`)."
+            )
+        digest = hash_key(bearer)
+        now = time.monotonic()
+        cached = self._auth_cache.get(digest)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        async with self.db.session() as s:
+            row = await s.execute(
+                select(ApiKey, Organization)
+                .join(Organization, Organization.id == ApiKey.org_id)
+                .where(ApiKey.key_hash == digest, ApiKey.revoked_at.is_(None))
+            )
+            found = row.first()
+        if found is None:
+            self._auth_cache.pop(digest, None)
+            raise AuthenticationError("Incorrect API key provided.")
+        key, org = found
+        principal = Principal(org_id=org.id, org_name=org.name, key_id=key.id, key_name=key.name)
+        if len(self._auth_cache) > 10_000:
+            self._auth_cache.clear()
+        self._auth_cache[digest] = (now + _AUTH_CACHE_SECONDS, principal)
+        return principal

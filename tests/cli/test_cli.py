@@ -1,0 +1,102 @@
+"""The command line, run as a user would: a real process per command."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.support.servers import wait_until
+
+HATCHWAY = [sys.executable, "-m", "hatchway"]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(args: list[str], cwd: Path, **kw) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*HATCHWAY, *args], cwd=cwd, capture_output=True, text=True, timeout=60, **kw)
+
+
+def _config(tmp_path: Path, **overrides) -> Path:
+    path = tmp_path / "hatchway.yaml"
+    data = {
+        "database_url": f"sqlite+aiosqlite:///{tmp_path / 'h.db'}",
+        "providers": [{"id": "upstream", "base_url": "http://127.0.0.1:9/v1"}],
+    } | overrides
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_orgs_and_keys_create_print_only_the_key(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    created = run(["orgs", "create", "acme", "--config", str(config)], tmp_path)
+    assert created.returncode == 0, created.stderr
+    key = run(["keys", "create", "--org", "acme", "--config", str(config)], tmp_path)
+    assert key.returncode == 0, key.stderr
+    assert key.stdout.strip().startswith("hw-") and len(key.stdout.strip().splitlines()) == 1
+    missing = run(["keys", "create", "--org", "ghost", "--config", str(config)], tmp_path)
+    assert missing.returncode == 1 and "ghost" in missing.stderr and "Traceback" not in missing.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("providers: [{id: up, base_url: 'ftp://x'}]\n", "providers[0].base_url"),
+        ("providers: []\n", "providers"),
+        (
+            "providers: [{id: up, base_url: 'http://x/v1'}]\nmodels: [{name: m, provider: nope}]\n",
+            "models[0].provider",
+        ),
+        ("providers: [{id: up, base_url: 'http://x/v1', colour: red}]\n", "providers[0].colour"),
+        ("providers: [{id: up, base_url: 'http://x/v1'}\n", "not valid YAML"),
+        ("database_url: x\n", "providers"),
+    ],
+)
+def test_bad_config_fails_at_start_with_file_and_field_path(
+    tmp_path: Path, content: str, expected: str
+) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text(content)
+    result = run(["serve", "--config", str(config), "--port", "0"], tmp_path)
+    assert result.returncode == 2
+    assert str(config) in result.stderr and expected in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_config_file_is_a_clear_error(tmp_path: Path) -> None:
+    result = run(["serve", "--config", str(tmp_path / "nope.yaml")], tmp_path)
+    assert result.returncode == 2 and "no such file" in result.stderr
+
+
+def test_serve_with_the_example_config_answers_healthz(tmp_path: Path) -> None:
+    """What `make run` does: serve examples/hatchway.yaml with state under ./.hatchway/."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [*HATCHWAY, "serve", "--config", str(ROOT / "examples" / "hatchway.yaml"), "--port", str(port)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "HATCHWAY_UPSTREAM_API_KEY": "unused"},
+    )
+    try:
+
+        def healthy() -> bool:
+            assert proc.poll() is None, "hatchway serve exited early"
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_until(healthy, timeout=30, message="hatchway serve to answer /healthz")
+        assert (tmp_path / ".hatchway" / "hatchway.db").exists()
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)

@@ -1,0 +1,87 @@
+"""Shared fixtures: the scripted upstream, a live gateway, and real databases."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.gateway import RunningGateway, base_config, write_config
+from tests.support.scripted_llm import ScriptedLLM
+
+PG_URL = os.environ.get("HATCHWAY_TEST_DATABASE_URL")
+REDIS_URL = os.environ.get("HATCHWAY_TEST_REDIS_URL")
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    pg = f"on ({PG_URL})" if PG_URL else "SKIPPED (set HATCHWAY_TEST_DATABASE_URL)"
+    redis = f"on ({REDIS_URL})" if REDIS_URL else "SKIPPED (set HATCHWAY_TEST_REDIS_URL)"
+    return [f"PostgreSQL tests: {pg}", f"Redis tests: {redis}"]
+
+
+@pytest.fixture
+def llm() -> Iterator[ScriptedLLM]:
+    server = ScriptedLLM().start()
+    yield server
+    server.stop()
+
+
+async def _pg_admin(sql: str) -> None:
+    import asyncpg
+
+    assert PG_URL is not None
+    dsn = PG_URL.replace("postgresql+asyncpg://", "postgresql://")
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+def pg_database_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test session (dropped at the end)."""
+    if not PG_URL:
+        pytest.skip("PostgreSQL not configured: set HATCHWAY_TEST_DATABASE_URL")
+    name = f"hatchway_t_{uuid.uuid4().hex[:10]}"
+    asyncio.run(_pg_admin(f'CREATE DATABASE "{name}"'))
+    base, _, _ = PG_URL.rpartition("/")
+    yield f"{base}/{name}"
+    asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each storage test runs on SQLite and, when configured, on PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path / 'hatchway.db'}"
+    return request.getfixturevalue("pg_database_url")
+
+
+GatewayFactory = Callable[..., RunningGateway]
+
+
+@pytest.fixture
+def gateway_factory(tmp_path: Path, llm: ScriptedLLM) -> Iterator[GatewayFactory]:
+    """``gateway_factory(**config_overrides)`` starts a gateway on the scripted upstream."""
+    started: list[RunningGateway] = []
+
+    def make(database_url: str | None = None, **overrides: Any) -> RunningGateway:
+        config = base_config(tmp_path, llm.base_url, database_url, **overrides)
+        gw = RunningGateway(write_config(tmp_path, config, f"hatchway-{len(started)}.yaml")).start()
+        started.append(gw)
+        return gw
+
+    yield make
+    for gw in started:
+        gw.stop()
+
+
+@pytest.fixture
+def gateway(gateway_factory: GatewayFactory) -> RunningGateway:
+    return gateway_factory()

@@ -1,0 +1,115 @@
+"""Storage on SQLite and (when configured) PostgreSQL: the same tests on both."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from hatchway.errors import AuthenticationError, Conflict, NotFound
+from hatchway.ids import new_id
+from hatchway.store.db import Database
+from hatchway.store.logs import LogQuery, LogWriter, RequestLogStore
+from hatchway.store.orgs import OrgStore, hash_key
+from hatchway.store.tables import ApiKey, RequestLog
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def db(database_url: str):
+    database = Database(database_url)
+    await database.migrate()
+    await database.migrate()  # idempotent: a second start applies nothing
+    yield database
+    await database.close()
+
+
+def _name() -> str:
+    return f"org-{uuid.uuid4().hex[:8]}"
+
+
+async def test_keys_are_hashed_shown_once_and_authenticate(db: Database) -> None:
+    store = OrgStore(db)
+    org = await store.create_org(_name())
+    row, plaintext = await store.create_key(org.name, "ci")
+
+    principal = await store.authenticate(plaintext)
+    assert (principal.org_id, principal.key_name) == (org.id, "ci")
+    async with db.session() as s:
+        stored = await s.get(ApiKey, row.id)
+    assert stored.key_hash == hash_key(plaintext)
+    assert plaintext not in (stored.key_hash, stored.key_prefix)
+    with pytest.raises(AuthenticationError):
+        await store.authenticate(plaintext + "x")
+    with pytest.raises(AuthenticationError):
+        await store.authenticate(None)
+
+
+async def test_duplicate_org_and_unknown_org(db: Database) -> None:
+    store = OrgStore(db)
+    name = _name()
+    await store.create_org(name)
+    with pytest.raises(Conflict):
+        await store.create_org(name)
+    with pytest.raises(NotFound):
+        await store.create_key("no-such-org")
+
+
+def _record(org_id: str, **kw) -> RequestLog:
+    base = {
+        "id": new_id("log"),
+        "org_id": org_id,
+        "route": "chat.completions",
+        "model": "gpt-4o",
+        "status": "ok",
+        "http_status": 200,
+        "latency_ms": 1.0,
+        "prompt_tokens": 1,
+        "completion_tokens": 1,
+        "total_tokens": 2,
+        "rounds": 1,
+        "max_rounds_hit": False,
+        "has_tool_calls": False,
+        "steps": [],
+    }
+    return RequestLog(**(base | kw))
+
+
+async def test_log_writer_batches_and_flushes_and_reads_are_org_scoped(db: Database) -> None:
+    writer = LogWriter(db, batch_size=3)
+    writer.start()
+    a, b = new_id("org"), new_id("org")
+    for i in range(7):
+        writer.submit(_record(a, has_tool_calls=i % 2 == 0, steps=[{"type": "model_call", "round": 1}]))
+    writer.submit(_record(b, on_behalf_of="user-9"))
+    await writer.flush()
+    store = RequestLogStore(db)
+
+    rows_a = await store.list(a, LogQuery())
+    assert len(rows_a) == 7
+    assert [r.id for r in rows_a] == sorted((r.id for r in rows_a), reverse=True)
+    assert len(await store.list(a, LogQuery(has_tool_calls=True))) == 4
+    assert rows_a[0].steps == [{"type": "model_call", "round": 1}]
+    page = await store.list(a, LogQuery(limit=3, after=rows_a[2].id))
+    assert [r.id for r in page] == [r.id for r in rows_a[3:6]]
+    rows_b = await store.list(b, LogQuery())
+    assert [r.on_behalf_of for r in rows_b] == ["user-9"]
+    with pytest.raises(NotFound):
+        await store.get(b, rows_a[0].id)
+    await writer.close()
+
+
+async def test_log_writer_close_writes_everything_queued(db: Database) -> None:
+    writer = LogWriter(db)
+    writer.start()
+    org = new_id("org")
+    for _ in range(50):
+        writer.submit(_record(org))
+    await writer.close()
+    assert len(await RequestLogStore(db).list(org, LogQuery(limit=100))) == 50
