@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-from hatchway.config.settings import Settings
+from hatchway.config.settings import AgentConfig, Settings
 from hatchway.engine.context import RunContext
 from hatchway.engine.loop import LoopSettings
 from hatchway.engine.providers.routing import ModelRouter, ResolvedModel
 from hatchway.engine.tools.base import Toolset
+from hatchway.errors import ModelNotFound
 from hatchway.store.cache import Cache, MemoryCache
 from hatchway.store.db import Database
 from hatchway.store.logs import LogWriter, RequestLogStore
@@ -29,8 +30,16 @@ class RunPlan:
     stream_mode: str = "final_only"
     plugin_source: str | None = None
     """``rule:<name>``, ``inline`` or ``agent:<name>``; None when no plugin is bound."""
-    agent: str | None = None
+    agent: AgentConfig | None = None
     instructions: str | None = None
+    public_model: str = ""
+    """The name the client asked for (``gpt-4o``, ``agent:contas``…)."""
+
+
+PlanContributor = Callable[["Gateway", RunPlan, RunContext, Mapping[str, str]], Awaitable[None]]
+"""Adds what one feature binds to a run (MCP plugin tools, operations, subagents) to the plan."""
+
+AGENT_PREFIX = "agent:"
 
 
 class Gateway:
@@ -44,6 +53,9 @@ class Gateway:
         self.logs = RequestLogStore(self.db)
         self.log_writer = LogWriter(self.db)
         self.models = ModelRouter(settings)
+        self.plan_contributors: list[PlanContributor] = []
+        """Each feature appends one; ``plan_run`` calls them in order."""
+        self._agents = {a.name: a for a in settings.agents}
         self._started = False
 
     async def start(self) -> None:
@@ -58,10 +70,27 @@ class Gateway:
         await self.cache.close()
         await self.db.close()
 
-    async def plan_run(self, model: str, ctx: RunContext, headers: dict[str, str] | Any) -> RunPlan:
-        """Resolve the model and the tools bound to this request."""
-        resolved = self.models.resolve(model)
-        return RunPlan(
-            model=resolved,
+    def agent(self, model: str) -> AgentConfig | None:
+        """The agent addressed as ``agent:<name>``, None for a plain model; ModelNotFound if unknown."""
+        if not model.startswith(AGENT_PREFIX):
+            return None
+        agent = self._agents.get(model[len(AGENT_PREFIX) :])
+        if agent is None:
+            raise ModelNotFound(model)
+        return agent
+
+    async def plan_run(self, model: str, ctx: RunContext, headers: Mapping[str, str]) -> RunPlan:
+        """Resolve the model (or agent) and everything bound to this request."""
+        agent = self.agent(model)
+        plan = RunPlan(
+            model=self.models.resolve(agent.model if agent else model),
             loop=LoopSettings(max_tool_result_chars=self.settings.max_tool_result_chars),
+            agent=agent,
+            instructions=(agent.instructions or None) if agent else None,
+            public_model=model,
         )
+        if agent is not None:
+            ctx.agent = agent.name
+        for contribute in self.plan_contributors:
+            await contribute(self, plan, ctx, headers)
+        return plan

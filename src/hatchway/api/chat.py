@@ -90,7 +90,8 @@ async def chat_completions(
         body = validate_body(ChatRequest, parse_json_body(await request.body()))
         trace.model = body.model
         plan = await gw.plan_run(body.model, ctx, ctx.request_headers)
-        trace.agent, trace.plugin_source = plan.agent, plan.plugin_source
+        trace.agent = plan.agent.name if plan.agent else None
+        trace.plugin_source = plan.plugin_source
         items = messages_to_items(body.messages)
         if plan.instructions:
             items.insert(0, Message(role="system", content=plan.instructions))

@@ -1,0 +1,46 @@
+"""How the MCP client gets the credentials of a server: the seam between the MCP pool and the vault.
+
+The pool (agent-loop issue) calls these; the vault issue implements them (bearer, api_key, OAuth
+client_credentials from secrets stored per organisation). ``server`` is the plugin's
+``mcp_servers[]`` entry; ``trusted`` is True for plugins from hatchway.yaml, False for inline ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from hatchway.engine.context import RunContext
+from hatchway.errors import McpServerError
+
+
+class McpCredentials(Protocol):
+    async def authorize(self, server: Any, ctx: RunContext, *, trusted: bool) -> None:
+        """Called when a run is planned: raise PermissionDenied (403) if this plugin may not use the
+        secrets it names for this server's host, SecretNotFound if they do not exist."""
+
+    async def auth_headers(self, server: Any, ctx: RunContext, *, trusted: bool) -> dict[str, str]:
+        """Headers that authenticate one request to ``server``. Raises a ToolError when they cannot be
+        obtained; never returns an empty dict for a server whose auth type needs credentials.
+        Every secret value used is added to ``ctx.secret_values`` (for redaction)."""
+
+    async def invalidate(self, server: Any, ctx: RunContext) -> None:
+        """The server answered 401: forget cached tokens so the next call fetches a fresh one."""
+
+
+class NoCredentials:
+    """The default before a vault is wired in: only ``auth: {type: none}`` servers work."""
+
+    async def authorize(self, server: Any, ctx: RunContext, *, trusted: bool) -> None:
+        return None
+
+    async def auth_headers(self, server: Any, ctx: RunContext, *, trusted: bool) -> dict[str, str]:
+        auth = getattr(server, "auth", None)
+        kind = getattr(auth, "type", "none") if auth is not None else "none"
+        if kind != "none":
+            raise McpServerError(
+                f"auth type '{kind}' needs the vault, which is not configured", code="auth_unavailable"
+            )
+        return {}
+
+    async def invalidate(self, server: Any, ctx: RunContext) -> None:
+        return None
