@@ -11,6 +11,7 @@ from hatchway.engine.context import RunContext
 from hatchway.engine.loop import LoopSettings
 from hatchway.engine.providers.routing import ModelRouter, ResolvedModel
 from hatchway.engine.tools.base import Toolset
+from hatchway.engine.tools.mcp.calls import McpToolCaller
 from hatchway.errors import ModelNotFound
 from hatchway.store.cache import Cache, MemoryCache
 from hatchway.store.db import Database
@@ -34,6 +35,8 @@ class RunPlan:
     instructions: str | None = None
     public_model: str = ""
     """The name the client asked for (``gpt-4o``, ``agent:contas``…)."""
+    mcp: McpToolCaller | None = None
+    """Calls tools on the servers of the plugin bound to this run (set by the plugin contributor)."""
 
 
 PlanContributor = Callable[["Gateway", RunPlan, RunContext, Mapping[str, str]], Awaitable[None]]
