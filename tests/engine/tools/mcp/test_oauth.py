@@ -270,7 +270,7 @@ async def test_a_plain_http_token_url_is_refused(setup: Setup) -> None:
     auth = Auth(
         "oauth", f"secret.{SECRET_NAME}", token_url=setup.endpoint.url.replace("https", "http"), client_id="c"
     )
-    with pytest.raises(McpAuthError, match="token_url must be https"):
+    with pytest.raises(McpAuthError, match=r"auth\.token_url: must be https"):
         await setup.credentials().auth_headers(
             Server("b", setup.server.url, auth), run_context(setup.org), trusted=True
         )

@@ -131,6 +131,9 @@ async def test_a_value_that_cannot_be_a_header_is_refused_without_echoing_it(
         (Auth("bearer", None), "auth.secret_ref: required for auth type 'bearer'"),
         (Auth("bearer", "secret.a/b"), "found '/'"),
         (Auth("kerberos", "secret.x"), "unknown auth type 'kerberos'"),
+        (Auth("oauth", "secret.x", client_id="c"), "auth.token_url: must be https"),
+        (Auth("oauth", "secret.x", token_url="http://idp/t", client_id="c"), "must be https"),
+        (Auth("oauth", "secret.x", token_url="https://idp/t"), "auth.client_id: required"),
     ],
 )
 async def test_malformed_auth_is_a_400_at_plan_time_and_a_tool_error_at_call_time(

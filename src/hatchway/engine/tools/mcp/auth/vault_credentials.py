@@ -19,7 +19,13 @@ import orjson
 
 from hatchway.engine.context import RunContext
 from hatchway.engine.tools.mcp.auth.egress import pin_public_address
-from hatchway.engine.tools.mcp.auth.oauth import AUTH_METHODS, AccessToken, ClientCredentials, TokenEndpoint
+from hatchway.engine.tools.mcp.auth.oauth import (
+    AUTH_METHODS,
+    AccessToken,
+    ClientCredentials,
+    TokenEndpoint,
+    token_url_problem,
+)
 from hatchway.engine.tools.mcp.auth.scoping import check_scope
 from hatchway.engine.tools.mcp.auth.tokens import Clock, TokenCache
 from hatchway.errors import HatchwayError, InvalidRequest, McpAuthError, RequestError, VaultError
@@ -104,14 +110,7 @@ class VaultCredentials:
             await self.tokens.drop(token_key(server, ctx))
 
     async def _secret(self, server: Any, ctx: RunContext) -> Secret:
-        kind = auth_type(server)
-        if kind not in AUTH_TYPES:
-            raise InvalidRequest(f"MCP server '{server.id}': auth.type: unknown auth type '{kind}'")
-        ref = getattr(server.auth, "secret_ref", None)
-        if not ref or (problem := ref_problem(ref)):
-            detail = f"required for auth type '{kind}'" if not ref else problem
-            raise InvalidRequest(f"MCP server '{server.id}': auth.secret_ref: {detail}")
-        secret = await self.vault.get(ctx.org_id, ref.removeprefix("secret."))
+        secret = await self.vault.get(ctx.org_id, secret_name(server))
         ctx.secret_values.add(secret.value)
         return secret
 
@@ -120,17 +119,12 @@ class VaultCredentials:
     ) -> AccessToken:
         auth = server.auth
         what = f"MCP server '{server.id}'"
-        method = getattr(auth, "token_endpoint_auth_method", None) or AUTH_METHODS[0]
-        if not getattr(auth, "client_id", None) or not getattr(auth, "token_url", None):
-            raise McpAuthError(f"{what}: oauth needs auth.token_url and auth.client_id")
-        if method not in AUTH_METHODS:
-            raise McpAuthError(f"{what}: unsupported token_endpoint_auth_method '{method}'")
         grant = ClientCredentials(
             token_url=auth.token_url,
             client_id=auth.client_id,
             client_secret=secret.value,
             scopes=tuple(getattr(auth, "scopes", None) or ()),
-            auth_method=method,
+            auth_method=_auth_method(auth),
         )
         pin = None
         if not trusted and not self.allow_private_hosts:
@@ -140,6 +134,32 @@ class VaultCredentials:
         except HatchwayError as exc:
             # The endpoint's own words are already scrubbed of the secret; scrub what the run knows too.
             raise McpAuthError(ctx.redact(exc.message), code=exc.code) from None
+
+
+def _auth_method(auth: Any) -> str:
+    return getattr(auth, "token_endpoint_auth_method", None) or AUTH_METHODS[0]
+
+
+def secret_name(server: Any) -> str:
+    """The vault name behind the server's ``auth.secret_ref``; InvalidRequest (400) for a bad auth block.
+
+    Plugin validation catches these first; this keeps a stand-in or a future schema honest.
+    """
+    kind, auth = auth_type(server), server.auth
+    where = f"MCP server '{server.id}': auth"
+    if kind not in AUTH_TYPES:
+        raise InvalidRequest(f"{where}.type: unknown auth type '{kind}'")
+    ref = getattr(auth, "secret_ref", None)
+    if not ref or (problem := ref_problem(ref)):
+        raise InvalidRequest(f"{where}.secret_ref: {problem if ref else f'required for auth type {kind!r}'}")
+    if kind == "oauth":
+        if problem := token_url_problem(getattr(auth, "token_url", None) or ""):
+            raise InvalidRequest(f"{where}.token_url: {problem}")
+        if not getattr(auth, "client_id", None):
+            raise InvalidRequest(f"{where}.client_id: required for auth type 'oauth'")
+        if _auth_method(auth) not in AUTH_METHODS:
+            raise InvalidRequest(f"{where}.token_endpoint_auth_method: one of {', '.join(AUTH_METHODS)}")
+    return ref.removeprefix("secret.")
 
 
 def token_key(server: Any, ctx: RunContext) -> str:
