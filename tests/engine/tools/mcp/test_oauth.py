@@ -263,6 +263,18 @@ async def test_tls_is_verified(setup: Setup) -> None:
     assert setup.endpoint.requests == []
 
 
+async def test_the_default_trust_store_honours_ssl_cert_file(
+    setup: Setup, tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """How a deployment (or an end-to-end test) trusts a private CA for its identity provider."""
+    ca_file = tmp_path / "ca.pem"
+    setup.endpoint.ca.cert_pem.write_to_path(str(ca_file))
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
+    creds = VaultCredentials(setup.vault, MemoryCache())  # what Gateway builds: no verify given
+    headers = await creds.auth_headers(setup.server, run_context(setup.org), trusted=True)
+    assert headers == {"Authorization": f"Bearer {setup.endpoint.issued[0]}"}
+
+
 async def test_a_plain_http_token_url_is_refused(setup: Setup) -> None:
     assert token_url_problem("http://idp.local/token") == "must be https (got http://idp.local/token)"
     assert token_url_problem("https://user:pw@idp.example.com/t") is not None
