@@ -10,6 +10,7 @@ import pytest
 from openai.types.responses import Response, ResponseItemList
 
 from tests.support.scripted_llm import ScriptedLLM
+from tests.support.servers import wait_until
 
 WEATHER = {
     "type": "function",
@@ -45,21 +46,37 @@ def test_create_and_retrieve_a_stored_response(gateway, llm: ScriptedLLM) -> Non
     assert created.output_text == "Olá!"
     message = created.output[0]
     assert message.type == "message" and message.id.startswith("msg_") and message.role == "assistant"
-    assert (created.usage.input_tokens, created.usage.output_tokens, created.usage.total_tokens) == (12, 3, 15)
+    assert (created.usage.input_tokens, created.usage.output_tokens, created.usage.total_tokens) == (
+        12,
+        3,
+        15,
+    )
     assert created.instructions == "Be brief." and created.metadata == {"ticket": "T-1"}
     assert created.store is True and created.background is False and created.model == "gpt-4o"
     sent = llm.requests[0]
     assert sent["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Oi"}]
-    assert (sent["max_tokens"], sent["temperature"], sent["top_p"], sent["user"]) == (50, 0.3, 0.9, "end-user-7")
+    assert (sent["max_tokens"], sent["temperature"], sent["top_p"], sent["user"]) == (
+        50,
+        0.3,
+        0.9,
+        "end-user-7",
+    )
 
     fetched = client.responses.retrieve(created.id)
     assert fetched.model_dump() == created.model_dump()
-    raw = httpx.get(f"{gateway.url}/v1/responses/{created.id}", headers={"authorization": f"Bearer {gateway.key}"})
+    raw = httpx.get(
+        f"{gateway.url}/v1/responses/{created.id}", headers={"authorization": f"Bearer {gateway.key}"}
+    )
     Response.model_validate(raw.json())  # every field validates against the SDK's own type
 
 
 def test_function_tool_round_trip_through_previous_response_id(gateway, llm: ScriptedLLM) -> None:
-    llm.reply(tool_calls=[("get_weather", {"city": "Lisboa"}, "call_a"), ("get_weather", {"city": "Porto"}, "call_b")])
+    llm.reply(
+        tool_calls=[
+            ("get_weather", {"city": "Lisboa"}, "call_a"),
+            ("get_weather", {"city": "Porto"}, "call_b"),
+        ]
+    )
     llm.reply("Lisboa 20°C, Porto 17°C")
     client = gateway.client()
 
@@ -130,7 +147,9 @@ def test_previous_response_of_another_org_or_unknown_is_404(gateway, llm: Script
         other.responses.retrieve(first.id)
 
 
-def test_store_false_with_previous_response_id_is_refused_and_not_retrievable(gateway, llm: ScriptedLLM) -> None:
+def test_store_false_with_previous_response_id_is_refused_and_not_retrievable(
+    gateway, llm: ScriptedLLM
+) -> None:
     llm.reply("first")
     llm.reply("ephemeral")
     client = gateway.client()
@@ -192,7 +211,10 @@ def test_delete_removes_the_response(gateway, llm: ScriptedLLM) -> None:
 @pytest.mark.parametrize(
     ("body", "param"),
     [
-        ({"model": "gpt-4o", "input": [{"type": "message", "role": "robot", "content": "x"}]}, "input[0].role"),
+        (
+            {"model": "gpt-4o", "input": [{"type": "message", "role": "robot", "content": "x"}]},
+            "input[0].role",
+        ),
         ({"model": "gpt-4o", "input": [{"type": "function_call_output", "output": "x"}]}, "input[0].call_id"),
         ({"model": "gpt-4o", "input": "x", "tool_choice": "sometimes"}, "tool_choice"),
         ({"model": "gpt-4o", "input": "x", "max_tool_calls": 0}, "max_tool_calls"),
@@ -217,8 +239,8 @@ def test_upstream_failure_is_an_http_error_and_a_failed_stored_response(gateway,
     with pytest.raises(openai.InternalServerError):
         client.responses.create(model="gpt-4o", input="x")
 
-    logs = client.get("/logs", cast_to=object)
-    record = logs["data"][0]
+    logs = wait_until(lambda: client.get("/logs", cast_to=object)["data"], message="the log record")
+    record = logs[0]
     assert record["route"] == "responses" and record["status"] == "error"
     failed = client.responses.retrieve(record["response_id"])
     assert failed.status == "failed" and failed.error.code == "server_error"

@@ -82,7 +82,9 @@ def test_background_stream_can_be_dropped_and_resumed(gateway, llm: ScriptedLLM)
     response_id = seen[0]["response"]["id"]
     assert [e["type"] for e in seen] == ["response.created", "response.queued"]
 
-    rest = raw_events(gateway, {}, method="GET", path=f"/v1/responses/{response_id}?stream=true&starting_after=1")
+    rest = raw_events(
+        gateway, {}, method="GET", path=f"/v1/responses/{response_id}?stream=true&starting_after=1"
+    )
 
     assert rest[0]["sequence_number"] == 2 and rest[0]["type"] == "response.in_progress"
     assert [e["sequence_number"] for e in rest] == list(range(2, 2 + len(rest)))
@@ -95,7 +97,9 @@ def test_background_stream_can_be_dropped_and_resumed(gateway, llm: ScriptedLLM)
     assert replayed[-1]["response"]["output"] == rest[-1]["response"]["output"]
 
 
-def test_run_interrupted_by_a_restart_is_reported_failed(gateway_factory, llm: ScriptedLLM, tmp_path: Path) -> None:
+def test_run_interrupted_by_a_restart_is_reported_failed(
+    gateway_factory, llm: ScriptedLLM, tmp_path: Path
+) -> None:
     llm.reply("never arrives", delay=30)
     database_url = f"sqlite+aiosqlite:///{tmp_path / 'shared.db'}"
     first = gateway_factory(database_url=database_url)
@@ -121,8 +125,18 @@ def test_run_of_a_crashed_process_is_failed_when_its_lease_expires(
     path = write_config(tmp_path, config, "crashing.yaml")
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hatchway", "serve", "--config", str(path), "--port", str(port), "--log-level",
-         "warning"],
+        [
+            sys.executable,
+            "-m",
+            "hatchway",
+            "serve",
+            "--config",
+            str(path),
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:

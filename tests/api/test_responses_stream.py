@@ -15,7 +15,9 @@ from tests.support.scripted_llm import ScriptedLLM
 EVENTS = TypeAdapter(ResponseStreamEvent)
 
 
-def raw_events(gateway, body: dict[str, Any], method: str = "POST", path: str = "/v1/responses") -> list[dict]:
+def raw_events(
+    gateway, body: dict[str, Any], method: str = "POST", path: str = "/v1/responses"
+) -> list[dict]:
     """Every SSE frame, checked: ``event:`` equals the JSON type and each validates as an SDK event."""
     events = []
     headers = {"authorization": f"Bearer {gateway.key}"}
@@ -49,7 +51,9 @@ def test_sdk_stream_of_text(gateway, llm: ScriptedLLM) -> None:
     assert types[:2] == ["response.created", "response.in_progress"]
     assert types[-1] == "response.completed"
     assert types.count("response.output_text.delta") == 5
-    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "streaming works fine"
+    assert (
+        "".join(e.delta for e in events if e.type == "response.output_text.delta") == "streaming works fine"
+    )
     assert [e.sequence_number for e in events] == list(range(len(events)))
     assert final.output_text == "streaming works fine" and final.status == "completed"
     assert client.responses.retrieve(final.id).output[0].id == final.output[0].id
@@ -73,7 +77,9 @@ def test_raw_stream_event_order_and_one_id(gateway, llm: ScriptedLLM) -> None:
         "response.completed",
     ]
     assert len(lifecycle_ids(events)) == 1
-    item_ids = {e["item_id"] for e in events if "item_id" in e} | {e["item"]["id"] for e in events if "item" in e}
+    item_ids = {e["item_id"] for e in events if "item_id" in e} | {
+        e["item"]["id"] for e in events if "item" in e
+    }
     assert item_ids == {events[-1]["response"]["output"][0]["id"]}
 
 
@@ -94,7 +100,11 @@ def test_stream_of_a_client_function_call(gateway, llm: ScriptedLLM) -> None:
     ):
         assert expected in types
     call = final.output[0]
-    assert (call.type, call.call_id, json.loads(call.arguments)) == ("function_call", "call_f", {"city": "Faro"})
+    assert (call.type, call.call_id, json.loads(call.arguments)) == (
+        "function_call",
+        "call_f",
+        {"city": "Faro"},
+    )
     done = next(e for e in events if e.type == "response.function_call_arguments.done")
     assert done.item_id == call.id
 
@@ -104,7 +114,12 @@ def test_upstream_failure_mid_stream_is_error_then_failed(gateway, llm: Scripted
 
     events = raw_events(gateway, {"model": "gpt-4o", "input": "x", "stream": True})
 
-    assert [e["type"] for e in events] == ["response.created", "response.in_progress", "error", "response.failed"]
+    assert [e["type"] for e in events] == [
+        "response.created",
+        "response.in_progress",
+        "error",
+        "response.failed",
+    ]
     assert "upstream exploded" in events[2]["message"]
     assert events[-1]["response"]["status"] == "failed"
     assert len(lifecycle_ids(events)) == 1
