@@ -244,3 +244,26 @@ def test_upstream_failure_is_an_http_error_and_a_failed_stored_response(gateway,
     assert record["route"] == "responses" and record["status"] == "error"
     failed = client.responses.retrieve(record["response_id"])
     assert failed.status == "failed" and failed.error.code == "server_error"
+
+
+def test_tool_choice_and_parallel_tool_calls_reach_the_upstream(gateway, llm: ScriptedLLM) -> None:
+    llm.reply(tool_calls=[("get_weather", {"city": "Évora"}, "call_e")])
+    llm.reply("fine")
+    client = gateway.client()
+
+    forced = client.responses.create(
+        model="gpt-4o",
+        input="x",
+        tools=[WEATHER],
+        tool_choice={"type": "function", "name": "get_weather"},
+        parallel_tool_calls=False,
+        max_tool_calls=3,
+    )
+    client.responses.create(model="gpt-4o", input="y", tools=[WEATHER], tool_choice="required")
+
+    assert llm.requests[0]["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
+    assert llm.requests[0]["parallel_tool_calls"] is False
+    assert llm.requests[1]["tool_choice"] == "required"
+    assert forced.tool_choice.type == "function" and forced.tool_choice.name == "get_weather"
+    assert forced.parallel_tool_calls is False and forced.max_tool_calls == 3
+    assert forced.tools[0].name == "get_weather" and forced.tools[0].strict is True

@@ -139,14 +139,15 @@ def test_run_of_a_crashed_process_is_failed_when_its_lease_expires(
         ],
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
+    crashing = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=survivor.key, max_retries=0)
     try:
-        crashing = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=survivor.key, max_retries=0)
         wait_until(lambda: _up(port), timeout=20, message="the crashing gateway to start")
         created = crashing.responses.create(model="gpt-4o", input="x", background=True)
         wait_until(lambda: llm.requests, message="the upstream call to start")
     finally:
         proc.send_signal(signal.SIGKILL)  # no shutdown hook runs: only the lease can tell
         proc.wait(10)
+        crashing.close()
 
     failed = poll(survivor.client(), created.id, ("failed",), timeout=10)
     assert "stopped" in failed.error.message

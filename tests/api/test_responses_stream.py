@@ -125,3 +125,16 @@ def test_upstream_failure_mid_stream_is_error_then_failed(gateway, llm: Scripted
     assert len(lifecycle_ids(events)) == 1
     stored = gateway.client().responses.retrieve(events[0]["response"]["id"])
     assert stored.status == "failed"
+
+
+def test_output_cut_by_max_output_tokens_is_incomplete(gateway, llm: ScriptedLLM) -> None:
+    llm.reply("partial answ", finish_reason="length")
+    llm.reply("partial answ", finish_reason="length")
+
+    events = raw_events(gateway, {"model": "gpt-4o", "input": "x", "stream": True, "max_output_tokens": 3})
+    plain = gateway.client().responses.create(model="gpt-4o", input="x", max_output_tokens=3)
+
+    assert events[-1]["type"] == "response.incomplete"
+    assert events[-1]["response"]["incomplete_details"]["reason"] == "max_output_tokens"
+    assert plain.status == "incomplete" and plain.incomplete_details.reason == "max_output_tokens"
+    assert plain.output_text == "partial answ" and plain.completed_at is None

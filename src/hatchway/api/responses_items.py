@@ -45,8 +45,16 @@ def record_of(item: Item, *, hosted: bool = False, result: ToolResult | None = N
     item.id = item.id or new_id("fco")
     record = {"type": "function_call_output", "id": item.id, "call_id": item.call_id, "output": item.output}
     if hosted:
-        record.update(hosted=True, is_error=bool(result.is_error) if result is not None else False)
+        record.update(
+            hosted=True, is_error=result.is_error if result is not None else _is_error_body(item.output)
+        )
     return record
+
+
+def _is_error_body(output: str) -> bool:
+    """Whether an output the loop wrote itself (refused over budget, timed out) is a structured error."""
+    body = _json_or_text(output)
+    return isinstance(body, dict) and set(body) == {"error"} and isinstance(body["error"], dict)
 
 
 def item_of(record: dict[str, Any]) -> Item:

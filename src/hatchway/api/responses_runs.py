@@ -102,7 +102,7 @@ class ResponseRunner:
         call_id: str | None,
     ) -> ResponseRun:
         history, root_id = await self._history(body, ctx)
-        ctx.session_key = root_id or ctx.response_id
+        ctx.session_key = ctx.session_key or root_id or ctx.response_id
         input_records = parse_input(body.input)
         check_call_outputs(history, input_records)
         plan = await self.gw.plan_run(body.model, ctx, ctx.request_headers)

@@ -27,9 +27,10 @@ def agent(max_concurrent: int = 4, max_depth: int = 1) -> dict[str, Any]:
 class TreeScript:
     """The top-level request delegates ``fan_out`` tasks; a task named ``deeper`` delegates once more."""
 
-    def __init__(self, fan_out: list[str], child_delay: float = 0.0) -> None:
+    def __init__(self, fan_out: list[str], child_delay: float = 0.0, failures: dict[str, int] | None = None):
         self.fan_out = fan_out
         self.child_delay = child_delay
+        self.failures = dict(failures or {})
         self.child_starts: list[float] = []
         self.requests_by_task: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
@@ -53,6 +54,9 @@ class TreeScript:
             return Reply(tool_calls=[("spawn_subagent", {"task": "not allowed"})])
         with self._lock:
             self.child_starts.append(time.monotonic())
+            if self.failures.get(task, 0) > 0:
+                self.failures[task] -= 1
+                return Reply(status=502, error=f"{task} is down")
         return Reply(f"done: {task}", delay=self.child_delay)
 
 
@@ -155,3 +159,35 @@ def test_chat_completions_does_not_bind_spawn_subagent(gateway_factory, llm: Scr
     gw.client().chat.completions.create(model="agent:research", messages=[{"role": "user", "content": "x"}])
 
     assert "tools" not in llm.requests[0]
+
+
+def test_max_tool_calls_caps_hosted_calls(gateway_factory, llm: ScriptedLLM) -> None:
+    llm.handler = TreeScript(["alpha", "beta", "gamma"])
+    gw = gateway_factory(agents=[agent()])
+
+    events = raw_events(gw, {"model": "agent:research", "input": "top", "stream": True, "max_tool_calls": 2})
+
+    final = events[-1]["response"]
+    calls = [i for i in final["output"] if i["type"] == "mcp_call"]
+    assert [c["status"] for c in calls] == ["completed", "completed", "failed"]
+    assert calls[2]["error"]["content"]["error"]["code"] == "max_tool_calls_reached"
+    done_ids = [e["item"]["id"] for e in events if e["type"] == "response.output_item.done"]
+    assert sorted(done_ids) == sorted(i["id"] for i in final["output"])  # every item streamed and finished
+    Response.model_validate(final)
+    assert gw.client().responses.retrieve(final["id"]).output_text == final["output_text"]
+
+
+def test_transient_child_failures_are_retried_and_permanent_ones_reported(
+    gateway_factory, llm: ScriptedLLM
+) -> None:
+    llm.handler = TreeScript(["flaky", "doomed"], failures={"flaky": 2, "doomed": 99})
+    gw = gateway_factory(agents=[agent()])
+
+    parent = gw.client().responses.create(model="agent:research", input="top")
+
+    flaky, doomed = (json.loads(item.output) for item in parent.output if item.type == "mcp_call")
+    assert flaky["ok"] is True and flaky["output_text"] == "done: flaky"
+    assert doomed == {"ok": False, "error_code": "child_request_failed", "message": "doomed is down"}
+    assert parent.output_text == "done: flaky; doomed is down"  # the parent still answers
+    statuses = [r.status for r in parent.output if r.type == "mcp_call"]
+    assert statuses == ["completed", "failed"]
