@@ -2,6 +2,7 @@
 
 from hatchway.api.app import create_app
 from hatchway.config.settings import Settings, load_settings
+from hatchway.delegation import DelegationResult, DelegationSettings, adelegate, delegate
 from hatchway.errors import (
     AuthenticationError,
     ConfigError,
@@ -26,6 +27,8 @@ __version__ = "0.1.0"
 __all__ = [
     "AuthenticationError",
     "ConfigError",
+    "DelegationResult",
+    "DelegationSettings",
     "Gateway",
     "HatchwayError",
     "InvalidRequest",
@@ -42,6 +45,8 @@ __all__ = [
     "ToolTimeout",
     "VaultError",
     "__version__",
+    "adelegate",
     "create_app",
+    "delegate",
     "load_settings",
 ]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from hatchway.config.settings import AgentConfig, Settings
+from hatchway.engine.background import BackgroundTasks
 from hatchway.engine.context import RunContext
 from hatchway.engine.loop import LoopSettings
 from hatchway.engine.providers.routing import ModelRouter, ResolvedModel
@@ -14,11 +16,13 @@ from hatchway.engine.tools.base import Toolset
 from hatchway.engine.tools.mcp.auth import VaultCredentials
 from hatchway.engine.tools.mcp.calls import McpToolCaller
 from hatchway.engine.tools.mcp.credentials import McpCredentials
+from hatchway.engine.tools.subagents import contribute_subagents
 from hatchway.errors import ModelNotFound
 from hatchway.store.cache import Cache, MemoryCache
 from hatchway.store.db import Database
 from hatchway.store.logs import LogWriter, RequestLogStore
 from hatchway.store.orgs import OrgStore
+from hatchway.store.responses import ResponseStore, keep_leases
 from hatchway.vault import Vault, load_master_key
 
 logger = logging.getLogger(__name__)
@@ -46,6 +50,10 @@ PlanContributor = Callable[["Gateway", RunPlan, RunContext, Mapping[str, str]], 
 """Adds what one feature binds to a run (MCP plugin tools, operations, subagents) to the plan."""
 
 AGENT_PREFIX = "agent:"
+RUN_LOST = (
+    "The gateway process running this response stopped (crash or restart) before it finished; "
+    "create the response again."
+)
 
 
 class Gateway:
@@ -63,7 +71,14 @@ class Gateway:
         self.mcp_credentials: McpCredentials = VaultCredentials(
             self.vault, self.cache, allow_private_hosts=settings.allow_private_mcp_urls
         )
-        self.plan_contributors: list[PlanContributor] = []
+        self.replica_id = f"replica_{uuid.uuid4().hex[:16]}"
+        """Names this process as the owner of the responses it runs (see ``store/responses.py``)."""
+        self.responses = ResponseStore(
+            self.db, owner=self.replica_id, lease_seconds=settings.response_lease_seconds
+        )
+        self.tasks = BackgroundTasks()
+        """Background responses and live streams; cancelled (and recorded as interrupted) on close."""
+        self.plan_contributors: list[PlanContributor] = [contribute_subagents]
         """Each feature appends one; ``plan_run`` calls them in order."""
         self._agents = {a.name: a for a in settings.agents}
         self._started = False
@@ -72,9 +87,12 @@ class Gateway:
         """Apply migrations and start background writers."""
         await self.db.migrate()
         self.log_writer.start()
+        await self.responses.fail_expired(RUN_LOST)
+        self.tasks.spawn("responses:leases", keep_leases(self.responses, self.tasks, RUN_LOST))
         self._started = True
 
     async def close(self) -> None:
+        await self.tasks.close()
         await self.log_writer.close()
         await self.models.aclose()
         await self.cache.close()

@@ -7,6 +7,7 @@ body received is kept in ``requests``. Streaming requests get the same reply as 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import threading
@@ -113,6 +114,17 @@ def _chunks(reply: Reply, completion: dict[str, Any], include_usage: bool) -> li
     return out
 
 
+async def _sleep_unless_disconnected(request: Request, delay: float) -> None:
+    """Wait ``delay`` seconds, or less if the caller hangs up (a cancelled run), like a real upstream."""
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(disconnected(), delay)
+
+
 class ScriptedLLM:
     """An OpenAI-compatible ``/v1/chat/completions`` that answers from a script."""
 
@@ -153,7 +165,7 @@ class ScriptedLLM:
             self.headers.append({k.lower(): v for k, v in request.headers.items()})
         reply = self._next(body)
         if reply.delay:
-            await asyncio.sleep(reply.delay)
+            await _sleep_unless_disconnected(request, reply.delay)
         if reply.raw_body is not None:
             return Response(reply.raw_body, status_code=reply.status, media_type="application/json")
         if reply.status >= 400:

@@ -102,6 +102,8 @@ class Settings(StrictModel):
     loop_deadline_seconds: Annotated[float, Field(gt=0)] = 120.0
     max_tool_result_chars: Annotated[int, Field(ge=256)] = 20_000
     log_retention_days: Annotated[int, Field(ge=1)] = 30
+    response_lease_seconds: Annotated[float, Field(gt=0)] = 30.0
+    """How long a replica's claim on a running response lasts unless renewed (renewed every third)."""
 
     _config_dir: Path = PrivateAttr(default_factory=Path.cwd)
 

@@ -1,0 +1,67 @@
+"""Tasks that outlive the request that started them (background responses, live streams).
+
+The Gateway owns one ``BackgroundTasks``; ``close()`` cancels and awaits every task on shutdown,
+so each task gets the chance to record how it ended while the database is still open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+class BackgroundTasks:
+    """A registry of named asyncio tasks, each with an optional attachment (e.g. its event log)."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, asyncio.Task[Any]] = {}
+        self._attachments: dict[str, Any] = {}
+        self._closing = False
+
+    def spawn(self, key: str, coro: Coroutine[Any, Any, Any], *, attachment: Any = None) -> asyncio.Task[Any]:
+        """Start ``coro`` as a task named ``key``; it leaves the registry when it ends."""
+        if self._closing:
+            coro.close()
+            raise RuntimeError("the gateway is shutting down")
+        task = asyncio.create_task(coro, name=f"hatchway:{key}")
+        self._tasks[key] = task
+        if attachment is not None:
+            self._attachments[key] = attachment
+        task.add_done_callback(lambda t, k=key: self._forget(k, t))
+        return task
+
+    def _forget(self, key: str, task: asyncio.Task[Any]) -> None:
+        if self._tasks.get(key) is task:
+            del self._tasks[key]
+            self._attachments.pop(key, None)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("background task %s failed", key, exc_info=task.exception())
+
+    def attachment(self, key: str) -> Any:
+        return self._attachments.get(key)
+
+    def running(self) -> list[str]:
+        return list(self._tasks)
+
+    def cancel(self, key: str) -> bool:
+        """Cancel the task named ``key`` if it runs in this process."""
+        task = self._tasks.get(key)
+        if task is None or task.done():
+            return False
+        task.cancel()
+        return True
+
+    async def close(self) -> None:
+        """Cancel every task and wait for all of them to finish their clean-up."""
+        self._closing = True
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task

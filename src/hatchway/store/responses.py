@@ -1,0 +1,283 @@
+"""Stored responses and their ordered items: chains, background runs and leases live here.
+
+Every replica reads and writes responses only through this store, so a chain started on one
+replica continues on another. A running response belongs to the replica named in ``owner`` for as
+long as its ``lease_expires_at`` lies in the future; the owner renews its leases periodically
+(``renew_leases``), and any replica fails responses whose lease has expired (``fail_expired``) —
+that is how a run cut short by a crash or a restart ends as ``failed`` instead of ``in_progress``.
+Terminal writes are conditional (``WHERE status IN ('queued', 'in_progress')``), so a cancel that
+lands first always wins over a run finishing later on any replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, delete, select, update
+from sqlalchemy.orm import Mapped, mapped_column
+
+from hatchway.engine.background import BackgroundTasks
+from hatchway.errors import NotFound
+from hatchway.store.db import Database
+from hatchway.store.tables import Base, utcnow
+
+logger = logging.getLogger(__name__)
+ACTIVE = ("queued", "in_progress")
+TERMINAL = ("completed", "failed", "cancelled", "incomplete")
+
+
+class ResponseRecord(Base):
+    """One response: its request, its outcome and its place in a chain or a delegation tree."""
+
+    __tablename__ = "responses"
+    __table_args__ = (
+        Index("ix_responses_status_lease", "status", "lease_expires_at"),
+        Index("ix_responses_parent", "parent_response_id"),
+    )
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    org_id: Mapped[str] = mapped_column(String(40), index=True)
+    status: Mapped[str] = mapped_column(String(16))
+    model: Mapped[str] = mapped_column(String(256))
+    request: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    """The echoed request parameters (instructions, tools, tool_choice, metadata, limits…)."""
+    usage: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    incomplete_details: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    previous_response_id: Mapped[str | None] = mapped_column(String(64), default=None)
+    parent_response_id: Mapped[str | None] = mapped_column(String(64), default=None)
+    call_id: Mapped[str | None] = mapped_column(String(128), default=None)
+    depth: Mapped[int] = mapped_column(Integer, default=0)
+    background: Mapped[bool] = mapped_column(Boolean, default=False)
+    on_behalf_of: Mapped[str | None] = mapped_column(String(256), default=None)
+    owner: Mapped[str | None] = mapped_column(String(64), default=None)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    completed_at: Mapped[datetime | None] = mapped_column(default=None)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ResponseItemRecord(Base):
+    """One item of a response's input or output, in order; ``data`` is the canonical item."""
+
+    __tablename__ = "response_items"
+    __table_args__ = (Index("ix_response_items_response", "response_id", "direction", "position"),)
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    response_id: Mapped[str] = mapped_column(ForeignKey("responses.id", ondelete="CASCADE"))
+    direction: Mapped[str] = mapped_column(String(8))
+    position: Mapped[int] = mapped_column(Integer)
+    item_id: Mapped[str] = mapped_column(String(64))
+    type: Mapped[str] = mapped_column(String(32))
+    data: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+@dataclass(slots=True)
+class Outcome:
+    """How a run ended, as stored."""
+
+    status: str
+    output: list[dict[str, Any]]
+    usage: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    incomplete_details: dict[str, Any] | None = None
+
+
+class ResponseStore:
+    """Org-scoped access to stored responses; ``owner`` names this process for leases."""
+
+    def __init__(self, db: Database, *, owner: str, lease_seconds: float = 30.0) -> None:
+        self.db = db
+        self.owner = owner
+        self.lease_seconds = lease_seconds
+
+    def _lease(self) -> datetime:
+        return utcnow() + timedelta(seconds=self.lease_seconds)
+
+    async def create(self, record: ResponseRecord, input_items: list[dict[str, Any]]) -> None:
+        """Insert a new response (owned by this process) with its input items."""
+        record.owner = self.owner
+        record.lease_expires_at = self._lease()
+        async with self.db.session() as s:
+            s.add(record)
+            await s.flush()
+            s.add_all(_item_rows(record.id, "input", input_items))
+
+    async def get(self, org_id: str, response_id: str) -> ResponseRecord:
+        async with self.db.session() as s:
+            row = await s.scalar(
+                select(ResponseRecord).where(
+                    ResponseRecord.id == response_id, ResponseRecord.org_id == org_id
+                )
+            )
+        if row is None:
+            raise NotFound(f"No response with id '{response_id}'.", param="response_id")
+        return row
+
+    async def items(self, response_id: str, direction: str | None = None) -> list[dict[str, Any]]:
+        """The stored items of one response (input then output), in order."""
+        return (await self._items_of([response_id], direction)).get(response_id, [])
+
+    async def outputs(self, response_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+        return await self._items_of(response_ids, "output")
+
+    async def _items_of(self, ids: list[str], direction: str | None) -> dict[str, list[dict[str, Any]]]:
+        if not ids:
+            return {}
+        stmt = select(ResponseItemRecord).where(ResponseItemRecord.response_id.in_(ids))
+        if direction is not None:
+            stmt = stmt.where(ResponseItemRecord.direction == direction)
+        stmt = stmt.order_by(
+            ResponseItemRecord.response_id,
+            ResponseItemRecord.direction,  # "input" sorts before "output"
+            ResponseItemRecord.position,
+        )
+        out: dict[str, list[dict[str, Any]]] = {}
+        async with self.db.session() as s:
+            for row in await s.scalars(stmt):
+                out.setdefault(row.response_id, []).append(row.data)
+        return out
+
+    async def chain(self, org_id: str, response_id: str) -> list[ResponseRecord]:
+        """``response_id`` and every response before it, oldest first; NotFound if any is missing."""
+        records: list[ResponseRecord] = []
+        next_id: str | None = response_id
+        seen: set[str] = set()
+        while next_id is not None and next_id not in seen:
+            seen.add(next_id)
+            record = await self.get(org_id, next_id)
+            records.append(record)
+            next_id = record.previous_response_id
+        return list(reversed(records))
+
+    async def conversation(self, chain: list[ResponseRecord]) -> list[dict[str, Any]]:
+        """Every input and output item of a chain, in conversation order."""
+        by_id = await self._items_of([r.id for r in chain], None)
+        items: list[dict[str, Any]] = []
+        for record in chain:
+            items.extend(by_id.get(record.id, []))
+        return items
+
+    async def start(self, response_id: str) -> bool:
+        """``queued`` → ``in_progress``; False when the response is no longer queued (cancelled)."""
+        async with self.db.session() as s:
+            result = await s.execute(
+                update(ResponseRecord)
+                .where(ResponseRecord.id == response_id, ResponseRecord.status == "queued")
+                .values(status="in_progress", updated_at=utcnow(), lease_expires_at=self._lease())
+            )
+        return result.rowcount == 1  # type: ignore[attr-defined]
+
+    async def finish(self, response_id: str, outcome: Outcome) -> bool:
+        """Store the outcome unless the response already ended (e.g. was cancelled); True if stored."""
+        now = utcnow()
+        async with self.db.session() as s:
+            result = await s.execute(
+                update(ResponseRecord)
+                .where(ResponseRecord.id == response_id, ResponseRecord.status.in_(ACTIVE))
+                .values(
+                    status=outcome.status,
+                    usage=outcome.usage,
+                    error=outcome.error,
+                    incomplete_details=outcome.incomplete_details,
+                    completed_at=now if outcome.status == "completed" else None,
+                    updated_at=now,
+                    lease_expires_at=None,
+                )
+            )
+            stored = result.rowcount == 1  # type: ignore[attr-defined]
+            if stored:
+                s.add_all(_item_rows(response_id, "output", outcome.output))
+        return stored
+
+    async def cancel(self, response_id: str) -> bool:
+        """Mark an active response ``cancelled``; False when it had already ended."""
+        async with self.db.session() as s:
+            result = await s.execute(
+                update(ResponseRecord)
+                .where(ResponseRecord.id == response_id, ResponseRecord.status.in_(ACTIVE))
+                .values(status="cancelled", updated_at=utcnow(), lease_expires_at=None)
+            )
+        return result.rowcount == 1  # type: ignore[attr-defined]
+
+    async def delete(self, org_id: str, response_id: str) -> None:
+        await self.get(org_id, response_id)
+        async with self.db.session() as s:
+            await s.execute(delete(ResponseItemRecord).where(ResponseItemRecord.response_id == response_id))
+            await s.execute(delete(ResponseRecord).where(ResponseRecord.id == response_id))
+
+    async def children(self, org_id: str, parent_id: str) -> list[ResponseRecord]:
+        async with self.db.session() as s:
+            rows = await s.scalars(
+                select(ResponseRecord)
+                .where(ResponseRecord.org_id == org_id, ResponseRecord.parent_response_id == parent_id)
+                .order_by(ResponseRecord.created_at, ResponseRecord.id)
+            )
+            return list(rows)
+
+    # -- leases ---------------------------------------------------------------------------------
+
+    async def renew_leases(self) -> None:
+        """Extend the lease of every active response this process owns."""
+        async with self.db.session() as s:
+            await s.execute(
+                update(ResponseRecord)
+                .where(ResponseRecord.owner == self.owner, ResponseRecord.status.in_(ACTIVE))
+                .values(lease_expires_at=self._lease())
+            )
+
+    async def cancelled_among(self, response_ids: list[str]) -> list[str]:
+        """Which of these (running here) were cancelled, possibly through another replica."""
+        if not response_ids:
+            return []
+        async with self.db.session() as s:
+            rows = await s.scalars(
+                select(ResponseRecord.id).where(
+                    ResponseRecord.id.in_(response_ids), ResponseRecord.status == "cancelled"
+                )
+            )
+            return list(rows)
+
+    async def fail_expired(self, message: str) -> int:
+        """Fail every active response whose owner stopped renewing its lease; returns how many."""
+        now = utcnow()
+        error = {"code": "server_error", "message": message, "type": "interrupted"}
+        async with self.db.session() as s:
+            result = await s.execute(
+                update(ResponseRecord)
+                .where(ResponseRecord.status.in_(ACTIVE), ResponseRecord.lease_expires_at < now)
+                .values(status="failed", error=error, updated_at=now, lease_expires_at=None)
+            )
+        return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+def _item_rows(response_id: str, direction: str, items: list[dict[str, Any]]) -> list[ResponseItemRecord]:
+    return [
+        ResponseItemRecord(
+            response_id=response_id,
+            direction=direction,
+            position=i,
+            item_id=item["id"],
+            type=item["type"],
+            data=item,
+        )
+        for i, item in enumerate(items)
+    ]
+
+
+async def keep_leases(store: ResponseStore, tasks: BackgroundTasks, lost_message: str) -> None:
+    """Renew this replica's leases, fail runs whose owner is gone, and stop runs cancelled elsewhere."""
+    interval = store.lease_seconds / 3
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await store.renew_leases()
+            await store.fail_expired(lost_message)
+            for response_id in await store.cancelled_among(tasks.running()):
+                tasks.cancel(response_id)
+        except Exception:  # a database hiccup must not end the heartbeat
+            logger.exception("could not renew response leases")
