@@ -56,13 +56,22 @@ RUN_LOST = (
 )
 
 
+def make_cache(settings: Settings) -> Cache:
+    """Redis when ``redis_url`` is set (shared by replicas), else in-process."""
+    if settings.redis_url:
+        from hatchway.store.redis_cache import RedisCache
+
+        return RedisCache(settings.redis_url)
+    return MemoryCache()
+
+
 class Gateway:
     """Owns every long-lived resource; the API and the CLI both go through it."""
 
     def __init__(self, settings: Settings, *, cache: Cache | None = None) -> None:
         self.settings = settings
         self.db = Database(settings.database_url)
-        self.cache: Cache = cache or MemoryCache()
+        self.cache: Cache = cache or make_cache(settings)
         self.orgs = OrgStore(self.db)
         self.logs = RequestLogStore(self.db)
         self.log_writer = LogWriter(self.db)

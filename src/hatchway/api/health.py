@@ -24,6 +24,12 @@ async def readyz(request: Request) -> JSONResponse:
         checks["database"] = "ok"
     except Exception as exc:
         checks["database"] = f"unreachable ({type(exc).__name__})"
+    if gw.settings.redis_url:
+        try:
+            await gw.cache.ping()
+            checks["redis"] = "ok"
+        except Exception as exc:
+            checks["redis"] = f"unreachable ({type(exc).__name__})"
     ready = all(v == "ok" for v in checks.values())
     return JSONResponse(
         {"status": "ok" if ready else "unavailable", "checks": checks}, status_code=200 if ready else 503

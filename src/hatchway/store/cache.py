@@ -6,8 +6,11 @@ tools, OAuth tokens) goes through here, never through a module-level dict.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
@@ -27,6 +30,24 @@ class Cache(ABC):
     @abstractmethod
     async def delete(self, key: str) -> None:
         """Forget ``key``."""
+
+    @asynccontextmanager
+    async def lock(self, name: str, *, hold_seconds: float = 30.0) -> AsyncIterator[None]:
+        """Hold ``name`` exclusively (across replicas for shared caches).
+
+        ``hold_seconds`` bounds both the wait and how long a crashed holder can keep it.
+        """
+        locks: dict[str, asyncio.Lock] = self.__dict__.setdefault("_process_locks", {})
+        local = locks.setdefault(name, asyncio.Lock())
+        async with asyncio.timeout(hold_seconds):
+            await local.acquire()
+        try:
+            yield
+        finally:
+            local.release()
+
+    async def ping(self) -> None:  # noqa: B027 - optional hook
+        """Raise when the cache's backend is unreachable."""
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
