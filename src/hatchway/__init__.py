@@ -1,7 +1,9 @@
 """Hatchway: a self-hosted, OpenAI-compatible agent gateway."""
 
 from hatchway.api.app import create_app
+from hatchway.config.agents import PoliciesFile, ToolsFile
 from hatchway.config.settings import Settings, load_settings
+from hatchway.engine.tools.operations.classify import OperationVerdict, classify_results
 from hatchway.errors import (
     AuthenticationError,
     ConfigError,
@@ -32,7 +34,9 @@ __all__ = [
     "McpServerError",
     "ModelNotFound",
     "NotFound",
+    "OperationVerdict",
     "PermissionDenied",
+    "PoliciesFile",
     "ProviderError",
     "ProviderStatusError",
     "ProviderTimeout",
@@ -40,8 +44,10 @@ __all__ = [
     "Settings",
     "ToolError",
     "ToolTimeout",
+    "ToolsFile",
     "VaultError",
     "__version__",
+    "classify_results",
     "create_app",
     "load_settings",
 ]

@@ -12,7 +12,8 @@ from hatchway.engine.loop import LoopSettings
 from hatchway.engine.providers.routing import ModelRouter, ResolvedModel
 from hatchway.engine.tools.base import Toolset
 from hatchway.engine.tools.mcp.calls import McpToolCaller
-from hatchway.errors import ModelNotFound
+from hatchway.engine.tools.operations.store import OperationStore
+from hatchway.errors import Conflict, ModelNotFound, Unavailable
 from hatchway.store.cache import Cache, MemoryCache
 from hatchway.store.db import Database
 from hatchway.store.logs import LogWriter, RequestLogStore
@@ -42,6 +43,9 @@ class RunPlan:
 PlanContributor = Callable[["Gateway", RunPlan, RunContext, Mapping[str, str]], Awaitable[None]]
 """Adds what one feature binds to a run (MCP plugin tools, operations, subagents) to the plan."""
 
+OperationCallerFactory = Callable[["Gateway", AgentConfig, RunContext], Awaitable[McpToolCaller]]
+"""Builds an MCP caller for an agent's plugin outside a run (``POST /v1/operations/{id}/confirm``)."""
+
 AGENT_PREFIX = "agent:"
 
 
@@ -58,12 +62,16 @@ class Gateway:
         self.models = ModelRouter(settings)
         self.plan_contributors: list[PlanContributor] = []
         """Each feature appends one; ``plan_run`` calls them in order."""
+        self.operations = OperationStore(self.db, lease_seconds=settings.operations.execution_lease_seconds)
+        self.operation_callers: OperationCallerFactory | None = None
+        """Set by the MCP feature: how ``operation_caller`` reaches an agent's servers."""
         self._agents = {a.name: a for a in settings.agents}
         self._started = False
 
     async def start(self) -> None:
         """Apply migrations and start background writers."""
         await self.db.migrate()
+        await self.operations.recover()  # crashed executions → INTERRUPTED, stale pendings → CANCELLED
         self.log_writer.start()
         self._started = True
 
@@ -81,6 +89,18 @@ class Gateway:
         if agent is None:
             raise ModelNotFound(model)
         return agent
+
+    async def operation_caller(self, agent_name: str, ctx: RunContext) -> McpToolCaller:
+        """An MCP caller for ``agent_name``'s plugin, to execute a confirmed operation outside a run."""
+        agent = self._agents.get(agent_name)
+        if agent is None:
+            raise Conflict(
+                f"The agent '{agent_name}' is no longer configured; its operations cannot be executed.",
+                code="agent_not_configured",
+            )
+        if self.operation_callers is None:
+            raise Unavailable("Executing operations needs the MCP client pool, which is not running.")
+        return await self.operation_callers(self, agent, ctx)
 
     async def plan_run(self, model: str, ctx: RunContext, headers: Mapping[str, str]) -> RunPlan:
         """Resolve the model (or agent) and everything bound to this request."""

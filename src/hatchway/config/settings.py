@@ -9,6 +9,7 @@ from typing import Annotated
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
+from hatchway.config.agents import OperationSettings
 from hatchway.config.loading import StrictModel, load_yaml_model
 
 DEFAULT_CONFIG_PATH = "hatchway.yaml"
@@ -99,6 +100,8 @@ class Settings(StrictModel):
     loop_deadline_seconds: Annotated[float, Field(gt=0)] = 120.0
     max_tool_result_chars: Annotated[int, Field(ge=256)] = 20_000
     log_retention_days: Annotated[int, Field(ge=1)] = 30
+    operations: OperationSettings = Field(default_factory=OperationSettings)
+    """Transactional operations: confirmation TTL, execution lease, extra yes/no words."""
 
     _config_dir: Path = PrivateAttr(default_factory=Path.cwd)
 
