@@ -21,15 +21,18 @@ from hatchway.engine.context import Principal, RunContext
 from hatchway.engine.tools.operations.service import OperationService
 from tests.support.contas import RunningContas
 from tests.support.gateway import RunningGateway
+from tests.support.servers import wait_until
 
 EXAMPLE_AGENT = Path(__file__).resolve().parents[2] / "examples" / "agents" / "contas"
 ABC = {"subject": "Produto A, Produto B e Produto C"}
 
 
 @pytest.fixture
-def ops_gateway(gateway_factory, database_url: str, contas: RunningContas) -> RunningGateway:
+def ops_gateway(request, gateway_factory, database_url: str, contas: RunningContas) -> RunningGateway:
+    ttl = getattr(request, "param", 1800)
     gw = gateway_factory(
         database_url=database_url,
+        operations={"confirmation_ttl_seconds": ttl},
         agents=[
             {
                 "name": "contas",
@@ -53,9 +56,8 @@ def _pending(
 ) -> str:
     """Ask for a cancellation the way the loop will: the flow stops at AWAITING_CONFIRMATION."""
     assert gw.org is not None
-    service = OperationService(
-        "contas", load_agent_tools(agent_files_in(EXAMPLE_AGENT)), gw.gateway.operations
-    )
+    agent = load_agent_tools(agent_files_in(EXAMPLE_AGENT))
+    service = OperationService("contas", agent, gw.gateway.operations, gw.settings.operations)
     ctx = RunContext(
         principal=Principal(org_id or gw.org.org_id, "acme"), session_key=session, on_behalf_of="ana"
     )
@@ -234,3 +236,17 @@ def test_confirm_without_an_mcp_caller_is_503_and_stays_pending(
     response = _http(ops_gateway, "POST", f"/v1/operations/{op_id}/confirm")
     assert response.status_code == 503 and response.json()["error"]["code"] == "unavailable"
     assert _http(ops_gateway, "GET", f"/v1/operations/{op_id}").json()["status"] == "AWAITING_CONFIRMATION"
+
+
+@pytest.mark.parametrize("ops_gateway", [1], indirect=True)  # a one-second confirmation TTL
+def test_an_expired_operation_cannot_be_confirmed(ops_gateway: RunningGateway, contas: RunningContas) -> None:
+    op_id = _pending(ops_gateway, contas)
+
+    def expired() -> bool:
+        return _http(ops_gateway, "GET", f"/v1/operations/{op_id}").json()["status"] == "CANCELLED"
+
+    wait_until(expired, timeout=10, interval=0.1, message="the pending operation to expire")
+    response = _http(ops_gateway, "POST", f"/v1/operations/{op_id}/confirm")
+    assert response.status_code == 409 and response.json()["error"]["code"] == "operation_expired"
+    assert response.json()["operation"]["status_reason"].startswith("expired")
+    assert contas.backend.stats()["total_executions"] == 0

@@ -18,6 +18,7 @@ from hatchway.engine.context import Principal
 from hatchway.engine.tools.operations.execution import (
     OperationConflict,
     cancel_operation,
+    check_confirmable,
     confirm_operation,
 )
 from hatchway.engine.tools.operations.models import OperationStatus, operation_to_dict
@@ -94,6 +95,7 @@ async def confirm(
     digest = _confirm_body(await request.body())
     ctx = run_context(request, principal, gw.settings.loop_deadline_seconds)
     op = await gw.operations.get(operation_id, org_id=principal.org_id)
+    check_confirmable(op, digest)
     if op.state is not OperationStatus.AWAITING_CONFIRMATION:
         raise OperationConflict(
             f"Operation {op.id} is {op.status}: it can no longer be confirmed and is not executed again.",

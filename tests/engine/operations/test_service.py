@@ -352,3 +352,37 @@ async def test_unknown_tools_and_bad_arguments_are_errors_for_the_model(
     assert unknown.kind is StepKind.INVALID and json.loads(unknown.output)["error"]["code"] == "unknown_tool"
     bad = await service.call("cancelar_vas_avulso", "{not json", make_ctx(), contas.caller())
     assert bad.kind is StepKind.INVALID and json.loads(bad.output)["error"]["code"] == "invalid_arguments"
+
+
+async def test_a_transactional_tool_without_confirmation_runs_at_once_and_is_recorded(
+    db: Database, tmp_path: Path, contas: RunningContas
+) -> None:
+    agent = _agent_with_policy(
+        tmp_path, "cancelar_vas_lote", {"operation_type": "transactional", "require_confirmation": False}
+    )
+    service = OperationService("contas", agent, OperationStore(db))
+    step = await service.call("cancelar_vas_lote", {"items": ["Produto C"]}, make_ctx(), contas.caller())
+    assert step.kind is StepKind.EXECUTED and step.question is None
+    op = step.operation
+    assert op is not None and op.state is S.COMPLETED and op.confirmed_via == "policy"
+    assert op.verdict["status"] == "SUCCESS" and contas.backend.executions == {op.id: 1}
+
+
+async def test_a_validator_naming_an_unknown_target_fails_without_executing(
+    db: Database, tmp_path: Path, contas: RunningContas
+) -> None:
+    agent = _agent_with_policy(
+        tmp_path,
+        "cancelar_vas_avulso",
+        {
+            "type": "transactional",
+            "requires_confirmation": True,
+            "pre_validation": {"tool": "validar_vas_para_lote"},
+        },
+    )
+    agent.tools["cancelar_vas_lote"].enabled = False
+    service = OperationService("contas", agent, OperationStore(db))
+    step = await service.call("cancelar_vas_avulso", {"subject": "Produto A"}, make_ctx(), contas.caller())
+    assert step.kind is StepKind.FAILED
+    assert step.operation is not None and "cancelar_vas_lote" in step.operation.status_reason
+    assert contas.backend.stats()["total_executions"] == 0

@@ -245,3 +245,24 @@ async def test_reads_are_scoped_to_the_organisation(db: Database) -> None:
         await store.get(op.id, org_id=theirs)
     assert not await store.cancel(op.id, "nope", org_id=theirs)
     assert await store.claim(op.id, from_states=[S.COLLECTING_PARAMETERS], via="api", org_id=theirs) is False
+
+
+async def test_a_running_execution_renews_its_lease_so_peers_leave_it_alone(
+    db: Database, agent_tools: AgentTools, contas: RunningContas
+) -> None:
+    store = OperationStore(db, lease_seconds=1)
+    org = _org()
+    op = await _pending(store, agent_tools, contas, org)
+    contas.backend.gate = threading.Event()
+    running = asyncio.create_task(confirm_operation(store, op.id, contas.caller(), make_ctx(org), via="api"))
+    await anyio.to_thread.run_sync(contas.backend.started.wait, 10)
+    first_lease = (await store.get(op.id)).lease_expires_at
+    assert first_lease is not None
+    with anyio.fail_after(10):
+        while (await store.get(op.id)).lease_expires_at == first_lease:
+            await asyncio.sleep(0.05)
+    peer = OperationStore(db)
+    await peer.recover()  # a peer starting now finds a live lease
+    assert (await peer.get(op.id)).state is S.EXECUTING
+    contas.backend.gate.set()
+    assert (await running).operation.state is S.COMPLETED

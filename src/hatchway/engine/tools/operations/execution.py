@@ -78,7 +78,7 @@ async def confirm_operation(
     with ``executed=False``.
     """
     op = await store.get(op_id, org_id=ctx.org_id)
-    _check_confirmable(op, expected_digest)
+    check_confirmable(op, expected_digest)
     won = await store.claim(op.id, org_id=ctx.org_id, confirmed_by=ctx.on_behalf_of, via=via)
     if won:
         return ConfirmOutcome(await execute_claimed(store, op, caller, ctx), executed=True)
@@ -86,11 +86,13 @@ async def confirm_operation(
     if current.state is S.EXECUTING:
         current = await store.wait_for_outcome(op.id, wait_seconds)
     if current.state.is_open or current.state is S.CANCELLED:
-        _check_confirmable(current, expected_digest)  # expired between our read and the claim
+        check_confirmable(current, expected_digest)  # expired between our read and the claim
     return ConfirmOutcome(current, executed=False)
 
 
-def _check_confirmable(op: OperationRecord, expected_digest: str | None) -> None:
+def check_confirmable(op: OperationRecord, expected_digest: str | None = None) -> None:
+    """Raise OperationConflict if ``op`` cannot be confirmed (expired, cancelled, not pending yet,
+    digest mismatch); executing or finished operations pass (their claim fails, the outcome is returned)."""
     if op.state is S.CANCELLED and op.status_reason == EXPIRED:
         raise OperationConflict(
             f"Operation {op.id} expired before it was confirmed.", op, code="operation_expired"

@@ -41,10 +41,6 @@ class OperationStatus(StrEnum):
         """Not yet executing nor finished: may still be superseded, expired or cancelled."""
         return self in OPEN_STATES
 
-    @property
-    def is_terminal(self) -> bool:
-        return self in TERMINAL_STATES
-
 
 OPEN_STATES = frozenset(
     {
@@ -53,16 +49,6 @@ OPEN_STATES = frozenset(
         OperationStatus.AWAITING_CONFIRMATION,
     }
 )
-TERMINAL_STATES = frozenset(
-    {
-        OperationStatus.COMPLETED,
-        OperationStatus.CANCELLED,
-        OperationStatus.OUT_OF_SCOPE,
-        OperationStatus.FAILED,
-        OperationStatus.INTERRUPTED,
-    }
-)
-
 _AWAITING = "status = 'AWAITING_CONFIRMATION'"
 
 

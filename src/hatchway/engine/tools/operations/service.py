@@ -178,7 +178,7 @@ class OperationService:
             answer = await run_validator(caller, tool.mcp_server, policy.pre_validation.tool or "", args, ctx)
             if stop := await self._validator_stop(op, answer, policy.pre_validation):
                 return stop
-        return await self._after_validation(op, name, tool, policy, args, answer, ctx, caller)
+        return await self._after_validation(op, policy, answer, ctx, caller)
 
     async def _validator_stop(
         self, op: OperationRecord, answer: ValidatorAnswer, rule: PreValidation
@@ -210,17 +210,15 @@ class OperationService:
     async def _after_validation(
         self,
         op: OperationRecord,
-        name: str,
-        tool: ToolDefinition,
         policy: ResolvedPolicy,
-        args: dict[str, Any],
         answer: ValidatorAnswer | None,
         ctx: RunContext,
         caller: McpToolCaller,
     ) -> OperationStep:
-        usable = answer is not None and not answer.failed
-        resolved = (answer.resolved_arguments if usable and answer else None) or args
-        target = (answer.target_tool if usable and answer else None) or name
+        """Freeze the (resolved) arguments, then ask the user or, without confirmation, execute."""
+        usable = answer if answer is not None and not answer.failed else None
+        resolved = (usable.resolved_arguments if usable else None) or op.arguments
+        target = (usable.target_tool if usable else None) or op.tool
         target_tool = self.tools.enabled().get(target)
         if target_tool is None:
             reason = f"the validator named {target!r}, which is not an enabled tool of this agent"
@@ -228,41 +226,37 @@ class OperationService:
                 op.id, [S.COLLECTING_PARAMETERS, S.PRE_VALIDATION], S.FAILED, status_reason=reason
             )
             return await self._current_step(op.id)
-        values: dict[str, Any] = {
+        frozen: dict[str, Any] = {
             "resolved_arguments": resolved,
             "arguments_digest": arguments_digest(resolved),
             "pre_validation": answer.to_record() if answer else None,
             "tool": target,
             "server": target_tool.mcp_server,
         }
-        if policy.require_confirmation:
-            message = (
-                answer.confirmation_message if usable and answer else None
-            ) or write_confirmation_message(target, target_tool.description, resolved, answer)
-            expires = self.store.clock() + timedelta(seconds=self.settings.confirmation_ttl_seconds)
-            if not await self.store.await_confirmation(
-                op, confirmation_message=message, expires_at=expires, **values
-            ):
-                return await self._current_step(op.id)
-            pending = await self.store.get(op.id)
-            return OperationStep(
-                StepKind.NEEDS_CONFIRMATION,
-                operation_output(pending),
-                question=message,
-                operation=pending,
-                meta=_meta(pending),
-            )
+        if not policy.require_confirmation:
+            return await self._execute_now(op, frozen, ctx, caller)
+        message = (usable.confirmation_message if usable else None) or write_confirmation_message(
+            target, target_tool.description, resolved, answer
+        )
+        expires = self.store.clock() + timedelta(seconds=self.settings.confirmation_ttl_seconds)
+        # Superseded meanwhile, the step says CANCELLED; otherwise it asks the user ``message``.
+        await self.store.await_confirmation(op, confirmation_message=message, expires_at=expires, **frozen)
+        return await self._current_step(op.id)
+
+    async def _execute_now(
+        self, op: OperationRecord, frozen: dict[str, Any], ctx: RunContext, caller: McpToolCaller
+    ) -> OperationStep:
+        """A transactional tool that needs no confirmation: claimed and executed straight away."""
         claimed = await self.store.claim(
             op.id,
             from_states=(S.COLLECTING_PARAMETERS, S.PRE_VALIDATION),
             via="policy",
             confirmed_by=ctx.on_behalf_of,
-            **values,
+            **frozen,
         )
         if not claimed:
             return await self._current_step(op.id)
-        done = await execute_claimed(self.store, await self.store.get(op.id), caller, ctx)
-        return step_for(done)
+        return step_for(await execute_claimed(self.store, await self.store.get(op.id), caller, ctx))
 
     async def _run_direct(
         self,
@@ -319,8 +313,10 @@ class OperationService:
             return ReplyStep(ReplyOutcome.CANCELLED, current, preamble_items(current))
         try:
             outcome = await confirm_operation(self.store, op.id, caller, ctx, via="reply")
-        except OperationConflict as exc:
-            return ReplyStep(ReplyOutcome.EXPIRED, exc.operation, preamble_items(exc.operation))
+        except OperationConflict as exc:  # expired or cancelled between our read and the claim
+            expired = exc.code == "operation_expired"
+            decided = ReplyOutcome.EXPIRED if expired else ReplyOutcome.CANCELLED
+            return ReplyStep(decided, exc.operation, preamble_items(exc.operation))
         done = outcome.operation
         return ReplyStep(ReplyOutcome.CONFIRMED, done, preamble_items(done), executed=outcome.executed)
 
