@@ -71,7 +71,7 @@ class Gateway:
     async def start(self) -> None:
         """Apply migrations and start background writers."""
         await self.db.migrate()
-        await self.operations.recover()  # crashed executions → INTERRUPTED, stale pendings → CANCELLED
+        await self.operations.recover(at_start=True)  # crashed executions → INTERRUPTED, never re-run
         self.log_writer.start()
         self._started = True
 

@@ -4,6 +4,10 @@ one execution under concurrent confirmations, interrupted executions, expiry, su
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
+import subprocess
+import sys
 import threading
 import uuid
 from datetime import timedelta
@@ -266,3 +270,33 @@ async def test_a_running_execution_renews_its_lease_so_peers_leave_it_alone(
     assert (await peer.get(op.id)).state is S.EXECUTING
     contas.backend.gate.set()
     assert (await running).operation.state is S.COMPLETED
+
+
+def _exited_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait(timeout=30)
+    return proc.pid
+
+
+@pytest.mark.parametrize(
+    ("executor", "interrupted_at_start"),
+    [
+        (lambda: f"{socket.gethostname()}:{os.getpid()}:previous", True),  # our pid now: a restart
+        (lambda: f"{socket.gethostname()}:{_exited_pid()}:crashed", True),  # that process is gone
+        (lambda: f"{socket.gethostname()}:{os.getppid()}:alive", False),  # still running here
+        (lambda: "other-host:1:replica", False),  # another machine: only its lease can tell
+    ],
+    ids=["restarted", "dead-pid", "live-pid", "other-host"],
+)
+async def test_at_start_a_dead_local_executor_is_interrupted_without_waiting_for_its_lease(
+    db: Database, executor, interrupted_at_start: bool
+) -> None:
+    before = OperationStore(db, lease_seconds=3600, instance_id=executor())
+    op = await before.create(_draft(_org()))
+    assert await before.claim(op.id, from_states=[S.COLLECTING_PARAMETERS], via="api")
+    starting = OperationStore(db)
+    await starting.recover(at_start=True)
+    expected = S.INTERRUPTED if interrupted_at_start else S.EXECUTING
+    assert (await starting.get(op.id)).state is expected
+    await starting.recover()  # an ordinary sweep only trusts leases
+    assert (await starting.get(op.id)).state is expected

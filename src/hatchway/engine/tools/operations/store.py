@@ -7,13 +7,17 @@ outcome. Each compare-and-set is the first statement of its own transaction, so 
 write lock before reading anything.
 
 An EXECUTING operation holds a lease that its executor renews; when the lease lapses (the process
-died) the operation becomes INTERRUPTED — at start, and lazily whenever it is read. Pending
-operations past ``expires_at`` become CANCELLED with reason ``expired``.
+died) the operation becomes INTERRUPTED — at start, and lazily whenever it is read. At start,
+operations whose executor ran on this host and is provably gone (its pid no longer exists, or is
+now ours) are interrupted at once, without waiting for the lease. Pending operations past
+``expires_at`` become CANCELLED with reason ``expired``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -34,6 +38,29 @@ S = OperationStatus
 _SUPERSEDE_ATTEMPTS = 3
 EXPIRED = "expired: no confirmation before expires_at; nothing was executed"
 LEASE_LAPSED = "interrupted: the executor stopped before reporting an outcome; not re-run"
+
+
+def executor_id() -> str:
+    """``host:pid:nonce`` — who executes; lets a restarted process recognise its dead predecessor."""
+    return f"{socket.gethostname()[:255]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def executor_is_gone(executor: str | None) -> bool:
+    """True only when ``executor`` ran on this host and that process cannot still be running."""
+    host, _, rest = (executor or "").partition(":")
+    pid_text, _, _ = rest.partition(":")
+    if host != socket.gethostname()[:255] or not pid_text.isdigit():
+        return False  # another host (a live replica, maybe): only its lease can tell
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return True  # our pid, but not our executor id: a previous process (e.g. a restarted container)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # exists, owned by someone else
+    return False
 
 
 @dataclass(slots=True)
@@ -77,7 +104,7 @@ class OperationStore:
         self.db = db
         self.lease_seconds = lease_seconds
         self.clock = clock
-        self.instance_id = instance_id or f"hw-{uuid.uuid4().hex[:16]}"
+        self.instance_id = instance_id or executor_id()
         """Who executes: an operation's ``executor``; only it may renew the lease or record the outcome."""
 
     # -- creation --------------------------------------------------------------------------------
@@ -240,14 +267,17 @@ class OperationStore:
 
     # -- recovery --------------------------------------------------------------------------------
 
-    async def recover(self, *, org_id: str | None = None) -> tuple[int, int]:
+    async def recover(self, *, org_id: str | None = None, at_start: bool = False) -> tuple[int, int]:
         """Lapsed leases → INTERRUPTED; pending past expiry → CANCELLED. Returns both counts.
 
-        Called at start (operations a crashed process left EXECUTING are reported, never re-run)
-        and before reads, so a replica sees a dead peer's operations as they are.
+        Called at start (``at_start``: also the executions of this host's dead processes) and before
+        reads, so a replica sees a dead peer's operations as they are. Nothing is ever re-run.
         """
         now = self.clock()
-        lapsed = [OperationRecord.status == S.EXECUTING, OperationRecord.lease_expires_at < now]
+        stale = OperationRecord.lease_expires_at < now
+        if at_start and (dead := await self._dead_local_executors()):
+            stale = stale | OperationRecord.executor.in_(dead)
+        lapsed = [OperationRecord.status == S.EXECUTING, stale]
         expired = [OperationRecord.status.in_(list(OPEN_STATES)), OperationRecord.expires_at <= now]
         if org_id is not None:
             lapsed.append(OperationRecord.org_id == org_id)
@@ -266,6 +296,12 @@ class OperationStore:
                 .execution_options(synchronize_session=False)
             )
         return interrupted.rowcount, cancelled.rowcount
+
+    async def _dead_local_executors(self) -> list[str]:
+        stmt = select(OperationRecord.executor).where(OperationRecord.status == S.EXECUTING).distinct()
+        async with self.db.session() as s:
+            executors = list(await s.scalars(stmt))
+        return [e for e in executors if e and e != self.instance_id and executor_is_gone(e)]
 
     # -- reads -----------------------------------------------------------------------------------
 
