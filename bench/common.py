@@ -35,7 +35,9 @@ def wait_http(url: str, timeout: float = 30.0) -> None:
 
 
 @contextlib.contextmanager
-def process(args: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+def process(
+    args: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         yield proc
@@ -63,7 +65,9 @@ def summary(samples_ms: list[float]) -> dict[str, float]:
     }
 
 
-async def sequential_latencies(url: str, body: bytes, headers: dict[str, str], n: int, warmup: int = 50) -> list[float]:
+async def sequential_latencies(
+    url: str, body: bytes, headers: dict[str, str], n: int, warmup: int = 50
+) -> list[float]:
     """Concurrency 1: one request after the other on a keep-alive connection; latency per request in ms."""
     async with httpx.AsyncClient(timeout=30.0) as client:
         for _ in range(warmup):

@@ -51,9 +51,26 @@ def measure(requests: int, latency_ms: float) -> dict[str, object]:
         )
         key = asyncio.run(_key(db_url))
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        upstream = [python(), str(ROOT / "bench" / "upstream.py"), "--port", str(up_port), "--latency-ms", str(latency_ms)]
-        gateway = [python(), "-m", "hatchway", "serve", "--config", str(config), "--port", str(gw_port),
-                   "--log-level", "warning"]
+        upstream = [
+            python(),
+            str(ROOT / "bench" / "upstream.py"),
+            "--port",
+            str(up_port),
+            "--latency-ms",
+            str(latency_ms),
+        ]
+        gateway = [
+            python(),
+            "-m",
+            "hatchway",
+            "serve",
+            "--config",
+            str(config),
+            "--port",
+            str(gw_port),
+            "--log-level",
+            "warning",
+        ]
         with process(upstream, env=env), process(gateway, cwd=Path(tmp), env=env):
             wait_http(f"http://127.0.0.1:{up_port}/")
             wait_http(f"http://127.0.0.1:{gw_port}/healthz")
@@ -81,8 +98,10 @@ def measure(requests: int, latency_ms: float) -> dict[str, object]:
 
 def print_table(result: dict[str, object]) -> None:
     d, h = result["direct"], result["hatchway"]
-    print(f"pass-through chat completion, concurrency 1, {result['requests']} requests, "
-          f"upstream latency {result['upstream_latency_ms']} ms")
+    print(
+        f"pass-through chat completion, concurrency 1, {result['requests']} requests, "
+        f"upstream latency {result['upstream_latency_ms']} ms"
+    )
     print(f"{'target':<10} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8}")
     for name, s in (("direct", d), ("hatchway", h)):
         print(f"{name:<10} {s['p50']:>8.2f} {s['p90']:>8.2f} {s['p99']:>8.2f}")  # type: ignore[index]
@@ -90,7 +109,9 @@ def print_table(result: dict[str, object]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--latency-ms", type=float, default=20.0)
     args = parser.parse_args()

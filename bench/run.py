@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import passthrough  # noqa: E402
+from bench import passthrough
 
 
 def main() -> None:

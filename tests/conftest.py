@@ -14,6 +14,7 @@ import pytest
 from tests.support.contas import RunningContas
 from tests.support.gateway import RunningGateway, base_config, write_config
 from tests.support.scripted_llm import ScriptedLLM
+from tests.support.secrets import secret_scanner  # noqa: F401  (fixture: scans for leaked secret values)
 
 PG_URL = os.environ.get("HATCHWAY_TEST_DATABASE_URL")
 REDIS_URL = os.environ.get("HATCHWAY_TEST_REDIS_URL")

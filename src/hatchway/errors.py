@@ -16,10 +16,12 @@
     │   └── ProviderStatusError  the upstream's own 4xx passed through, 5xx as 502
     ├── ToolError .............. a tool call failed; the model receives it as a structured result
     │   ├── McpServerError
+    │   │   └── McpAuthError ... credentials for an MCP server could not be obtained
     │   └── ToolTimeout
     └── VaultError ............. secrets could not be stored or read
         ├── SecretNotFound
-        └── DecryptionError
+        ├── DecryptionError
+        └── MasterKeyError ..... the master key is missing, malformed or too widely readable
 
 Policy outcomes such as a confirmation being required are loop steps, not errors.
 Each class knows its HTTP status and OpenAI error ``type``; ``api/errors.py`` turns any of them
@@ -195,6 +197,12 @@ class McpServerError(ToolError):
     default_code = "mcp_server_error"
 
 
+class McpAuthError(McpServerError):
+    """An MCP server's credentials could not be obtained (vault, OAuth token endpoint); no request is sent."""
+
+    default_code = "mcp_auth_failed"
+
+
 class ToolTimeout(ToolError):
     """The tool did not answer within its server's ``timeout_ms``."""
 
@@ -220,3 +228,9 @@ class DecryptionError(VaultError):
     """A secret could not be decrypted (wrong master key or tampered data)."""
 
     default_code = "decryption_failed"
+
+
+class MasterKeyError(VaultError):
+    """The master key could not be loaded: malformed, wrong length, or its file is readable by others."""
+
+    default_code = "master_key_invalid"

@@ -11,13 +11,16 @@ from hatchway.engine.context import RunContext
 from hatchway.engine.loop import LoopSettings
 from hatchway.engine.providers.routing import ModelRouter, ResolvedModel
 from hatchway.engine.tools.base import Toolset
+from hatchway.engine.tools.mcp.auth import VaultCredentials
 from hatchway.engine.tools.mcp.calls import McpToolCaller
+from hatchway.engine.tools.mcp.credentials import McpCredentials
 from hatchway.engine.tools.operations.store import OperationStore
 from hatchway.errors import Conflict, ModelNotFound, Unavailable
 from hatchway.store.cache import Cache, MemoryCache
 from hatchway.store.db import Database
 from hatchway.store.logs import LogWriter, RequestLogStore
 from hatchway.store.orgs import OrgStore
+from hatchway.vault import Vault, load_master_key
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +62,11 @@ class Gateway:
         self.orgs = OrgStore(self.db)
         self.logs = RequestLogStore(self.db)
         self.log_writer = LogWriter(self.db)
-        self.models = ModelRouter(settings)
+        self.vault = Vault(self.db, load_master_key(settings.master_key_file))
+        self.models = ModelRouter(settings, secret_lookup=self.vault.system_secret)
+        self.mcp_credentials: McpCredentials = VaultCredentials(
+            self.vault, self.cache, allow_private_hosts=settings.allow_private_mcp_urls
+        )
         self.plan_contributors: list[PlanContributor] = []
         """Each feature appends one; ``plan_run`` calls them in order."""
         self.operations = OperationStore(self.db, lease_seconds=settings.operations.execution_lease_seconds)

@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from hatchway.cli.app import DEFAULT_CONFIG, ConfigOption, app, settings_from
+from hatchway.cli.app import DEFAULT_CONFIG, ConfigOption, app, fail, settings_from
+from hatchway.errors import HatchwayError
 
 
 @app.command()
@@ -22,4 +23,8 @@ def serve(
     from hatchway.api.app import create_app
 
     settings = settings_from(config)
-    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level, access_log=False)
+    try:
+        asgi = create_app(settings)  # loads (or makes) the master key: a bad one stops here, no traceback
+    except HatchwayError as exc:
+        raise fail(exc.message) from None
+    uvicorn.run(asgi, host=host, port=port, log_level=log_level, access_log=False)

@@ -11,6 +11,7 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from hatchway.config.agents import OperationSettings
 from hatchway.config.loading import StrictModel, load_yaml_model
+from hatchway.vault.names import ref_problem
 
 DEFAULT_CONFIG_PATH = "hatchway.yaml"
 _ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -40,6 +41,8 @@ class ProviderConfig(StrictModel):
     def _env_exists(cls, value: str | None) -> str | None:
         if value and value.startswith("env:") and not value[4:]:
             raise ValueError("env: needs a variable name, e.g. env:OPENAI_API_KEY")
+        if value and value.startswith("secret.") and (problem := ref_problem(value)):
+            raise ValueError(problem)
         return value
 
 

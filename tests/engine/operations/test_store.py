@@ -11,6 +11,7 @@ import sys
 import threading
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import anyio
 import pytest
@@ -172,7 +173,7 @@ async def test_a_confirmation_during_execution_never_runs_it_and_gets_the_outcom
 
 
 async def test_a_crash_during_execution_is_interrupted_at_start_and_never_rerun(
-    database_url: str, agent_tools: AgentTools, contas: RunningContas
+    database_url: str, tmp_path: Path, agent_tools: AgentTools, contas: RunningContas
 ) -> None:
     """A process claimed the operation and died a minute ago: its lease lapsed; the next start reports it."""
     a_minute_ago = lambda: utcnow() - timedelta(seconds=60)  # noqa: E731
@@ -188,6 +189,7 @@ async def test_a_crash_during_execution_is_interrupted_at_start_and_never_rerun(
     settings = Settings.model_validate(
         {
             "database_url": database_url,
+            "master_key_file": str(tmp_path / "master.key"),
             "providers": [{"id": "up", "base_url": "http://127.0.0.1:9/v1"}],
             "operations": {"execution_lease_seconds": 5},
         }

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -19,7 +20,7 @@ from hatchway.engine.providers.base import (
     ToolCallDelta,
 )
 from hatchway.engine.providers.chat_format import items_to_messages
-from hatchway.errors import ProviderStatusError, ProviderTimeout, ProviderUnavailable
+from hatchway.errors import HatchwayError, ProviderStatusError, ProviderTimeout, ProviderUnavailable
 
 # A pooled keep-alive connection the upstream closed while idle fails like this before any byte of
 # the response arrives; the request never reached the model, so sending it once more is safe.
@@ -108,8 +109,12 @@ class OpenAICompatProvider(ModelProvider):
         max_connections: int = 200,
         headers: dict[str, str] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        api_key_source: Callable[[], Awaitable[str]] | None = None,
     ) -> None:
+        """``api_key_source`` (a vault lookup) is awaited once, before the first request."""
         self.id = provider_id
+        self._key_source = api_key_source
+        self._key_lock = asyncio.Lock()
         self.base_url = base_url.rstrip("/")
         default_headers = {"content-type": "application/json", **(headers or {})}
         if api_key:
@@ -122,7 +127,20 @@ class OpenAICompatProvider(ModelProvider):
             transport=transport,
         )
 
+    async def _resolve_key(self) -> None:
+        async with self._key_lock:
+            if self._key_source is None:
+                return
+            try:
+                key = await self._key_source()
+            except HatchwayError as exc:
+                raise ProviderUnavailable(f"The upstream '{self.id}' has no API key: {exc.message}") from None
+            self._client.headers["authorization"] = f"Bearer {key}"
+            self._key_source = None
+
     async def request(self, req: ModelRequest) -> ModelResponse:
+        if self._key_source is not None:
+            await self._resolve_key()
         content = orjson.dumps(build_body(req, stream=False))
         for attempt in (1, 2):
             try:
@@ -149,6 +167,8 @@ class OpenAICompatProvider(ModelProvider):
         return parse_completion(data)
 
     async def stream(self, req: ModelRequest) -> AsyncIterator[StreamEvent]:
+        if self._key_source is not None:
+            await self._resolve_key()
         content = orjson.dumps(build_body(req, stream=True))
         try:
             async with self._client.stream("POST", "/chat/completions", content=content) as response:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 
 from hatchway.config.settings import Settings
 from hatchway.engine.providers.base import ModelProvider
@@ -19,17 +20,16 @@ class ResolvedModel:
     upstream_model: str
 
 
-SecretLookup = Callable[[str], str | None]
+SecretLookup = Callable[[str], Awaitable[str]]
+"""``secret.<name>`` → its value (the vault's ``system`` organisation); raises when it is missing."""
 
 
-def resolve_api_key(value: str | None, secret_lookup: SecretLookup | None = None) -> str | None:
-    """A provider key from a literal, ``env:NAME`` or ``secret.<name>`` (vault, system scope)."""
-    if not value:
+def resolve_api_key(value: str | None) -> str | None:
+    """A provider key from a literal or ``env:NAME``; ``secret.<name>`` is resolved later, on first use."""
+    if not value or value.startswith("secret."):
         return None
     if value.startswith("env:"):
         return os.environ.get(value[4:]) or None
-    if value.startswith("secret."):
-        return secret_lookup(value) if secret_lookup else None
     return value
 
 
@@ -45,10 +45,18 @@ class ModelRouter:
                     "hatchway.yaml",
                     [(f"providers[{i}].api_key", f"environment variable {cfg.api_key[4:]} is not set")],
                 )
+            key_source = None
+            if cfg.api_key and cfg.api_key.startswith("secret."):
+                if secret_lookup is None:
+                    raise ConfigError(
+                        "hatchway.yaml", [(f"providers[{i}].api_key", "secret.<name> needs the vault")]
+                    )
+                key_source = partial(secret_lookup, cfg.api_key)
             self.providers[cfg.id] = OpenAICompatProvider(
                 cfg.id,
                 cfg.base_url,
-                api_key=resolve_api_key(cfg.api_key, secret_lookup),
+                api_key=resolve_api_key(cfg.api_key),
+                api_key_source=key_source,
                 timeout=cfg.timeout_seconds,
                 connect_timeout=cfg.connect_timeout_seconds,
                 max_connections=cfg.max_connections,

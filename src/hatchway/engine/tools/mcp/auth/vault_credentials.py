@@ -1,0 +1,182 @@
+"""``VaultCredentials``: the MCP pool's credentials, from the organisation's vault (McpCredentials).
+
+``none`` sends nothing; ``bearer`` sends ``Authorization: Bearer <secret>``; ``api_key`` sends
+``<header>: <secret>`` (``X-Api-Key`` by default); ``oauth`` performs client_credentials with the
+client secret from the vault and sends the access token as a bearer. Secrets are always read from
+the vault of the organisation that runs the request, so another organisation's secret of the same
+name is out of reach.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ssl
+import time
+from typing import Any
+
+import httpx
+import orjson
+
+from hatchway.engine.context import RunContext
+from hatchway.engine.tools.mcp.auth.egress import pin_public_address
+from hatchway.engine.tools.mcp.auth.oauth import (
+    AUTH_METHODS,
+    AccessToken,
+    ClientCredentials,
+    TokenEndpoint,
+    token_url_problem,
+)
+from hatchway.engine.tools.mcp.auth.scoping import check_scope
+from hatchway.engine.tools.mcp.auth.tokens import Clock, TokenCache
+from hatchway.errors import HatchwayError, InvalidRequest, McpAuthError, RequestError, VaultError
+from hatchway.store.cache import Cache
+from hatchway.vault.names import ref_problem
+from hatchway.vault.store import Secret, Vault
+
+AUTH_TYPES = ("none", "bearer", "api_key", "oauth")
+DEFAULT_API_KEY_HEADER = "X-Api-Key"
+
+
+def auth_type(server: Any) -> str:
+    auth = getattr(server, "auth", None)
+    return (getattr(auth, "type", None) or "none") if auth is not None else "none"
+
+
+def header_safe(value: str, what: str) -> str:
+    """``value`` if it can go in an HTTP header as-is; McpAuthError (without the value) otherwise."""
+    if not value.isascii() or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        raise McpAuthError(f"{what} cannot be sent in an HTTP header (control or non-ASCII characters)")
+    return value
+
+
+class VaultCredentials:
+    """Implements ``McpCredentials`` over a Vault and the shared Cache (for OAuth tokens)."""
+
+    def __init__(
+        self,
+        vault: Vault,
+        cache: Cache,
+        *,
+        clock: Clock = time.time,
+        verify: ssl.SSLContext | bool | None = None,
+        token_timeout: float = 10.0,
+        allow_private_hosts: bool = False,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.vault = vault
+        self.tokens = TokenCache(cache, clock=clock)
+        self.endpoint = TokenEndpoint(
+            verify=ssl.create_default_context() if verify is None else verify,
+            timeout=token_timeout,
+            transport=transport,
+        )
+        self.allow_private_hosts = allow_private_hosts
+        """Like ``allow_private_mcp_urls``: inline plugins' token endpoints may be private addresses."""
+
+    async def authorize(self, server: Any, ctx: RunContext, *, trusted: bool) -> None:
+        """At plan time: SecretNotFound (404) / PermissionDenied (403) before any tool is offered."""
+        if auth_type(server) == "none":
+            return
+        secret = await self._secret(server, ctx)
+        if not trusted:
+            check_scope(secret, server)
+
+    async def auth_headers(self, server: Any, ctx: RunContext, *, trusted: bool) -> dict[str, str]:
+        """Headers for one request to ``server``; McpAuthError when they cannot be had."""
+        kind = auth_type(server)
+        if kind == "none":
+            return {}
+        try:
+            secret = await self._secret(server, ctx)
+            if not trusted:
+                check_scope(secret, server)
+        except (VaultError, RequestError) as exc:
+            raise McpAuthError(f"MCP server '{server.id}': {exc.message}", code=exc.code) from None
+        what = f"MCP server '{server.id}'"
+        if kind == "bearer":
+            return {"Authorization": "Bearer " + header_safe(secret.value, f"secret '{secret.name}'")}
+        if kind == "api_key":
+            header = getattr(server.auth, "header", None) or DEFAULT_API_KEY_HEADER
+            return {header: header_safe(secret.value, f"secret '{secret.name}'")}
+        token = await self.tokens.get(
+            token_key(server, ctx), lambda: self._fetch_token(server, secret, ctx, trusted=trusted)
+        )
+        ctx.secret_values.add(token)
+        return {"Authorization": "Bearer " + header_safe(token, f"{what}: the access token")}
+
+    async def invalidate(self, server: Any, ctx: RunContext) -> None:
+        """The server answered 401: drop the cached OAuth token so the retry fetches a new one."""
+        if auth_type(server) == "oauth":
+            await self.tokens.drop(token_key(server, ctx))
+
+    async def _secret(self, server: Any, ctx: RunContext) -> Secret:
+        secret = await self.vault.get(ctx.org_id, secret_name(server))
+        ctx.secret_values.add(secret.value)
+        return secret
+
+    async def _fetch_token(
+        self, server: Any, secret: Secret, ctx: RunContext, *, trusted: bool
+    ) -> AccessToken:
+        auth = server.auth
+        what = f"MCP server '{server.id}'"
+        grant = ClientCredentials(
+            token_url=auth.token_url,
+            client_id=auth.client_id,
+            client_secret=secret.value,
+            scopes=tuple(getattr(auth, "scopes", None) or ()),
+            auth_method=_auth_method(auth),
+        )
+        pin = None
+        if not trusted and not self.allow_private_hosts:
+            pin = await pin_public_address(httpx.URL(auth.token_url), what=f"{what}: token_url")
+        try:
+            return await self.endpoint.exchange(grant, what=what, budget=ctx.remaining(), pin=pin)
+        except HatchwayError as exc:
+            # The endpoint's own words are already scrubbed of the secret; scrub what the run knows too.
+            raise McpAuthError(ctx.redact(exc.message), code=exc.code) from None
+
+
+def _auth_method(auth: Any) -> str:
+    return getattr(auth, "token_endpoint_auth_method", None) or AUTH_METHODS[0]
+
+
+def secret_name(server: Any) -> str:
+    """The vault name behind the server's ``auth.secret_ref``; InvalidRequest (400) for a bad auth block.
+
+    Plugin validation catches these first; this keeps a stand-in or a future schema honest.
+    """
+    kind, auth = auth_type(server), server.auth
+    where = f"MCP server '{server.id}': auth"
+    if kind not in AUTH_TYPES:
+        raise InvalidRequest(f"{where}.type: unknown auth type '{kind}'")
+    ref = getattr(auth, "secret_ref", None)
+    if not ref or (problem := ref_problem(ref)):
+        raise InvalidRequest(f"{where}.secret_ref: {problem if ref else f'required for auth type {kind!r}'}")
+    if kind == "oauth":
+        if problem := token_url_problem(getattr(auth, "token_url", None) or ""):
+            raise InvalidRequest(f"{where}.token_url: {problem}")
+        if not getattr(auth, "client_id", None):
+            raise InvalidRequest(f"{where}.client_id: required for auth type 'oauth'")
+        if _auth_method(auth) not in AUTH_METHODS:
+            raise InvalidRequest(f"{where}.token_endpoint_auth_method: one of {', '.join(AUTH_METHODS)}")
+    return ref.removeprefix("secret.")
+
+
+def token_key(server: Any, ctx: RunContext) -> str:
+    """Cache key of a server's token: the organisation plus everything that decides the token.
+
+    Two plugins of one organisation may both call a server ``billing``; hashing the whole auth
+    configuration keeps their tokens apart, so one plugin never receives a token minted for another.
+    """
+    auth = server.auth
+    identity = [
+        server.id,
+        getattr(server, "url", None),
+        auth.token_url,
+        auth.client_id,
+        sorted(getattr(auth, "scopes", None) or []),
+        auth.secret_ref,
+        getattr(auth, "token_endpoint_auth_method", None),
+    ]
+    digest = hashlib.sha256(orjson.dumps(identity)).hexdigest()[:32]
+    return f"mcp-oauth:{ctx.org_id}:{digest}"

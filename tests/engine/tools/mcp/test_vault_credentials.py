@@ -1,0 +1,148 @@
+"""VaultCredentials for bearer and api_key servers: headers, secret scoping, organisation isolation."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from hatchway.engine.tools.mcp.auth import VaultCredentials
+from hatchway.errors import InvalidRequest, McpAuthError, PermissionDenied, SecretNotFound
+from hatchway.store.cache import MemoryCache
+from hatchway.store.db import Database
+from hatchway.store.orgs import OrgStore
+from hatchway.vault import MasterKey, Vault
+from tests.support.mcp_standin import Auth, Server, run_context
+from tests.support.secrets import SecretScanner
+
+pytestmark = pytest.mark.anyio
+
+SEARCH = Server("pesquisa", "https://mcp.example.com/search", Auth("bearer", "secret.mcp_search_api_key"))
+CODE = Server(
+    "codigo", "https://code.example.com/mcp", Auth("api_key", "secret.mcp_code_api_key", header="X-Code-Key")
+)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def vault(tmp_path: Path, secret_scanner: SecretScanner):
+    url = f"sqlite+aiosqlite:///{tmp_path / 'vault.db'}"
+    db = Database(url)
+    await db.migrate()
+    secret_scanner.watch_database(url)
+    yield Vault(db, MasterKey.generate("test"))
+    await db.close()
+
+
+async def _org(vault: Vault) -> str:
+    return (await OrgStore(vault.db).create_org(f"org-{uuid.uuid4().hex[:8]}")).id
+
+
+async def test_bearer_and_api_key_headers_come_from_the_vault_and_are_redacted(
+    vault: Vault, secret_scanner: SecretScanner
+) -> None:
+    org = await _org(vault)
+    search_key, code_key = f"search-{uuid.uuid4().hex}", f"code-{uuid.uuid4().hex}"
+    secret_scanner.watch(search_key, code_key)
+    await vault.put(org, "mcp_search_api_key", search_key)
+    await vault.put(org, "mcp_code_api_key", code_key)
+    creds = VaultCredentials(vault, MemoryCache())
+    ctx = run_context(org)
+
+    await creds.authorize(SEARCH, ctx, trusted=True)
+    assert await creds.auth_headers(SEARCH, ctx, trusted=True) == {"Authorization": f"Bearer {search_key}"}
+    assert await creds.auth_headers(CODE, ctx, trusted=True) == {"X-Code-Key": code_key}
+    default_header = Server("c", "https://code.example.com", Auth("api_key", "secret.mcp_code_api_key"))
+    assert await creds.auth_headers(default_header, ctx, trusted=True) == {"X-Api-Key": code_key}
+    assert await creds.auth_headers(Server("open", "https://o.example.com"), ctx, trusted=True) == {}
+
+    assert {search_key, code_key} <= ctx.secret_values
+    assert ctx.redact(f"echo {search_key} / {code_key}") == "echo [REDACTED] / [REDACTED]"
+
+
+async def test_an_inline_plugin_may_only_send_a_secret_to_its_allowed_hosts(vault: Vault) -> None:
+    org = await _org(vault)
+    await vault.put(org, "mcp_search_api_key", "k-1", ["other.example.com"])
+    creds = VaultCredentials(vault, MemoryCache())
+    ctx = run_context(org)
+
+    with pytest.raises(PermissionDenied) as denied:
+        await creds.authorize(SEARCH, ctx, trusted=False)
+    assert denied.value.status_code == 403
+    assert "secret 'mcp_search_api_key'" in denied.value.message
+    assert "host 'mcp.example.com'" in denied.value.message and "k-1" not in denied.value.message
+    with pytest.raises(McpAuthError, match=r"may not be sent to host 'mcp\.example\.com'"):
+        await creds.auth_headers(SEARCH, ctx, trusted=False)
+
+    await creds.authorize(SEARCH, ctx, trusted=True)  # hatchway.yaml plugins are trusted
+    await vault.put(org, "mcp_search_api_key", "k-1", ["other.example.com", "MCP.Example.com"])
+    await creds.authorize(SEARCH, ctx, trusted=False)
+    assert await creds.auth_headers(SEARCH, ctx, trusted=False) == {"Authorization": "Bearer k-1"}
+
+
+async def test_a_secret_without_allowed_hosts_is_for_trusted_plugins_only(vault: Vault) -> None:
+    org = await _org(vault)
+    await vault.put(org, "mcp_search_api_key", "k-2")
+    creds = VaultCredentials(vault, MemoryCache())
+    with pytest.raises(PermissionDenied, match="allowed_hosts: none"):
+        await creds.authorize(SEARCH, run_context(org), trusted=False)
+    stdio = Server("local", None, Auth("bearer", "secret.mcp_search_api_key"))
+    await vault.put(org, "mcp_search_api_key", "k-2", ["mcp.example.com"])
+    with pytest.raises(PermissionDenied, match="has no url host"):
+        await creds.authorize(stdio, run_context(org), trusted=False)
+
+
+async def test_organisation_b_never_gets_organisation_a_secret(vault: Vault) -> None:
+    org_a, org_b, org_c = await _org(vault), await _org(vault), await _org(vault)
+    await vault.put(org_a, "mcp_search_api_key", "value-of-a")
+    await vault.put(org_b, "mcp_search_api_key", "value-of-b")
+    creds = VaultCredentials(vault, MemoryCache())
+
+    assert await creds.auth_headers(SEARCH, run_context(org_b), trusted=True) == {
+        "Authorization": "Bearer value-of-b"
+    }
+    with pytest.raises(SecretNotFound, match="secret 'mcp_search_api_key' not found"):
+        await creds.authorize(SEARCH, run_context(org_c), trusted=True)
+    ctx_c = run_context(org_c)
+    with pytest.raises(McpAuthError, match="MCP server 'pesquisa': secret 'mcp_search_api_key' not found"):
+        await creds.auth_headers(SEARCH, ctx_c, trusted=True)
+    assert ctx_c.secret_values == set()
+
+
+@pytest.mark.parametrize("value", ["line\r\nX-Injected: 1", "tab\tinside", "naïve"])
+async def test_a_value_that_cannot_be_a_header_is_refused_without_echoing_it(
+    vault: Vault, value: str
+) -> None:
+    org = await _org(vault)
+    await vault.put(org, "mcp_search_api_key", value)
+    with pytest.raises(McpAuthError, match="cannot be sent in an HTTP header") as caught:
+        await VaultCredentials(vault, MemoryCache()).auth_headers(SEARCH, run_context(org), trusted=True)
+    assert value not in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("auth", "message"),
+    [
+        (Auth("bearer", None), "auth.secret_ref: required for auth type 'bearer'"),
+        (Auth("bearer", "secret.a/b"), "found '/'"),
+        (Auth("kerberos", "secret.x"), "unknown auth type 'kerberos'"),
+        (Auth("oauth", "secret.x", client_id="c"), "auth.token_url: must be https"),
+        (Auth("oauth", "secret.x", token_url="http://idp/t", client_id="c"), "must be https"),
+        (Auth("oauth", "secret.x", token_url="https://idp/t"), "auth.client_id: required"),
+    ],
+)
+async def test_malformed_auth_is_a_400_at_plan_time_and_a_tool_error_at_call_time(
+    vault: Vault, auth: Auth, message: str
+) -> None:
+    server = Server("s", "https://s.example.com", auth)
+    creds = VaultCredentials(vault, MemoryCache())
+    ctx = run_context(await _org(vault))
+    with pytest.raises(InvalidRequest, match=message):
+        await creds.authorize(server, ctx, trusted=True)
+    with pytest.raises(McpAuthError, match=message):
+        await creds.auth_headers(server, ctx, trusted=True)

@@ -1,0 +1,123 @@
+"""A reusable check that secret values never leak: into logs, console output, responses or the database.
+
+Use the ``secret_scanner`` fixture: ``secret_scanner.watch(value)`` for every secret the test
+creates, ``watch_database(url)`` for every database it writes, ``observe(where, text)`` for
+anything else it receives (response bodies, a subprocess's output). At the end of the test the
+fixture scans all of it plus every log record (root logger at DEBUG, and uvicorn's own loggers)
+and everything written to stdout/stderr, and fails the test naming each place a value showed up.
+
+Database scans read the raw bytes of a SQLite file and its WAL/journal, or every table of a
+PostgreSQL database as text, looking for the value and its hex form (how ``bytea`` prints).
+Ask for ``secret_scanner`` before the fixtures that start servers, so it is torn down after them:
+servers then have stopped and flushed their request logs when the scan runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine.url import make_url
+
+_FORMAT = logging.Formatter("%(name)s %(levelname)s %(message)s")
+_UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")  # they do not propagate to root
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(_FORMAT.format(record))
+
+
+class SecretScanner:
+    """Secret values to look for, and places to look in."""
+
+    def __init__(self) -> None:
+        self.values: set[str] = set()
+        self.texts: list[tuple[str, str]] = []
+        self.database_urls: list[str] = []
+
+    def watch(self, *values: str) -> None:
+        """Fail the test if any of ``values`` appears anywhere scanned."""
+        self.values.update(v for v in values if v)
+
+    def observe(self, where: str, text: str | bytes) -> None:
+        """Scan ``text`` too (a response body, a subprocess's output…); ``where`` names it in failures."""
+        self.texts.append((where, text.decode("utf-8", "replace") if isinstance(text, bytes) else text))
+
+    def watch_database(self, url: str) -> None:
+        """Scan this database's raw content at the end of the test."""
+        if url not in self.database_urls:
+            self.database_urls.append(url)
+
+    def findings(self) -> list[str]:
+        """``"<value prefix>… in <where>"`` for each leak found."""
+        found = []
+        for where, text in self.texts + [(u, _database_text(u)) for u in self.database_urls]:
+            lowered = text.lower()
+            for value in self.values:
+                if value in text or value.encode().hex() in lowered:
+                    found.append(f"{value[:4]}… in {where}")
+        return found
+
+    def assert_clean(self) -> None:
+        if leaks := self.findings():
+            pytest.fail("secret values leaked:\n  " + "\n  ".join(leaks), pytrace=False)
+
+
+def _database_text(url: str) -> str:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        path = Path(parsed.database or "")
+        parts = [path, Path(f"{path}-wal"), Path(f"{path}-journal")]
+        raw = b"".join(p.read_bytes() for p in parts if p.exists())
+        return raw.decode("latin-1")  # every byte kept as one character, so hex and text both match
+    return asyncio.run(
+        _postgres_text(parsed.set(drivername="postgresql").render_as_string(hide_password=False))
+    )
+
+
+async def _postgres_text(dsn: str) -> str:
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        tables = await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        chunks = []
+        for (table,) in tables:
+            rows = await conn.fetch(f'SELECT t::text FROM "{table}" t')
+            chunks.append(f"[{table}]\n" + "\n".join(r[0] for r in rows))
+        return "\n".join(chunks)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+def secret_scanner(
+    caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> Iterator[SecretScanner]:
+    """A SecretScanner whose findings fail the test at teardown."""
+    caplog.set_level(logging.DEBUG)
+    collect = _Collect()
+    for name in _UVICORN_LOGGERS:
+        logging.getLogger(name).addHandler(collect)
+    scanner = SecretScanner()
+    try:
+        yield scanner
+    finally:
+        for name in _UVICORN_LOGGERS:
+            logging.getLogger(name).removeHandler(collect)
+    records = [
+        _FORMAT.format(r) for phase in ("setup", "call", "teardown") for r in caplog.get_records(phase)
+    ]
+    scanner.observe("log records", "\n".join(records + collect.lines))
+    out, err = capfd.readouterr()
+    scanner.observe("stdout", out)
+    scanner.observe("stderr", err)
+    scanner.assert_clean()

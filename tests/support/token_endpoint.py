@@ -1,0 +1,132 @@
+"""A real OAuth token endpoint over TLS (certificate from a CA made in the test with ``trustme``).
+
+``TokenEndpoint.behaviour`` decides each answer (``ok``, ``status_500``, ``hang``, ``oversized``,
+``oversized_chunked``, ``no_token``, ``redirect``, ``mac_token``); every request's headers and form
+are kept in ``requests``. ``gate`` (a threading.Event) holds ``ok`` answers until the test opens it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import itertools
+import ssl
+import threading
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote_plus
+
+import trustme
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from tests.support.servers import ServerThread
+
+
+@dataclass
+class TokenRequest:
+    headers: dict[str, str]
+    form: dict[str, str]
+
+    def basic_credentials(self) -> tuple[str, str] | None:
+        """The (client id, secret) of an HTTP Basic header, form-urldecoded as RFC 6749 §2.3.1 says."""
+        scheme, _, value = self.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "basic":
+            return None
+        user, _, password = base64.b64decode(value).decode().partition(":")
+        return unquote_plus(user), unquote_plus(password)
+
+
+@dataclass
+class TokenEndpoint:
+    """The server; ``url`` is ``https://localhost:<port>/token``; ``client_tls()`` trusts its CA."""
+
+    tmp_path: Path
+    behaviour: str = "ok"
+    expires_in: Any = 3600
+    requests: list[TokenRequest] = field(default_factory=list)
+    gate: threading.Event = field(default_factory=threading.Event)
+    redirect_hits: int = 0
+    issued: list[str] = field(default_factory=list)
+    """Every access token handed out, in order (unique per endpoint, so a leak scan can look for them)."""
+
+    def __post_init__(self) -> None:
+        self.ca = trustme.CA()
+        cert = self.ca.issue_cert("localhost", "127.0.0.1")
+        pem = self.tmp_path / "token-endpoint.pem"
+        cert.private_key_and_cert_chain_pem.write_to_path(str(pem))
+        self.gate.set()
+        self._counter = itertools.count(1)
+        self._prefix = f"at-{uuid.uuid4().hex[:12]}"
+        self._release = threading.Event()
+        app = Starlette(
+            routes=[
+                Route("/token", self._token, methods=["POST"]),
+                Route("/elsewhere", self._elsewhere, methods=["POST", "GET"]),
+            ]
+        )
+        self.server = ServerThread(app, ssl_keyfile=str(pem), ssl_certfile=str(pem))
+
+    @property
+    def origin(self) -> str:
+        return f"https://localhost:{self.server.port}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.origin}/token"
+
+    def client_tls(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context()
+        self.ca.configure_trust(ctx)
+        return ctx
+
+    def start(self) -> TokenEndpoint:
+        self.server.start()
+        return self
+
+    def stop(self) -> None:
+        self._release.set()
+        self.gate.set()
+        self.server.stop()
+
+    async def _token(self, request: Request) -> Response:
+        form = {k: str(v) for k, v in (await request.form()).items()}
+        self.requests.append(TokenRequest({k.lower(): v for k, v in request.headers.items()}, form))
+        return await self._answer()
+
+    async def _answer(self) -> Response:
+        match self.behaviour:
+            case "status_500":
+                return JSONResponse({"error": "server_error", "error_description": "down"}, status_code=500)
+            case "hang":
+                await asyncio.to_thread(self._release.wait, 60)
+                return JSONResponse({"access_token": "late", "expires_in": 3600})
+            case "oversized":
+                return JSONResponse({"access_token": "big", "padding": "x" * (70 * 1024)})
+            case "oversized_chunked":
+                return StreamingResponse(_chunks(70), media_type="application/json")
+            case "no_token":
+                return JSONResponse({"token_type": "bearer", "expires_in": 3600})
+            case "redirect":
+                return RedirectResponse("/elsewhere", status_code=307)
+            case "mac_token":
+                return JSONResponse({"access_token": "m", "token_type": "mac", "expires_in": 3600})
+        await asyncio.to_thread(self.gate.wait, 60)
+        token = f"{self._prefix}-{next(self._counter)}"
+        self.issued.append(token)
+        return JSONResponse({"access_token": token, "token_type": "Bearer", "expires_in": self.expires_in})
+
+    async def _elsewhere(self, request: Request) -> Response:
+        self.redirect_hits += 1
+        return JSONResponse({"access_token": "from-redirect", "expires_in": 3600})
+
+
+async def _chunks(kib: int):  # type: ignore[no-untyped-def]
+    yield b'{"access_token": "big", "padding": "'
+    for _ in range(kib):
+        yield b"x" * 1024
+    yield b'"}'
