@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.contas import RunningContas
 from tests.support.gateway import RunningGateway, base_config, write_config
 from tests.support.scripted_llm import ScriptedLLM
 from tests.support.secrets import secret_scanner  # noqa: F401  (fixture: scans for leaked secret values)
@@ -81,6 +82,14 @@ def gateway_factory(tmp_path: Path, llm: ScriptedLLM) -> Iterator[GatewayFactory
     yield make
     for gw in started:
         gw.stop()
+
+
+@pytest.fixture
+def contas() -> Iterator[RunningContas]:
+    """The example accounts MCP server (examples/contas_server.py) on a loopback port."""
+    server = RunningContas().start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture

@@ -1,8 +1,10 @@
 """Hatchway: a self-hosted, OpenAI-compatible agent gateway."""
 
 from hatchway.api.app import create_app
+from hatchway.config.agents import PoliciesFile, ToolsFile
 from hatchway.config.settings import Settings, load_settings
 from hatchway.delegation import DelegationResult, DelegationSettings, adelegate, delegate
+from hatchway.engine.tools.operations.classify import OperationVerdict, classify_results
 from hatchway.errors import (
     AuthenticationError,
     ConfigError,
@@ -35,7 +37,9 @@ __all__ = [
     "McpServerError",
     "ModelNotFound",
     "NotFound",
+    "OperationVerdict",
     "PermissionDenied",
+    "PoliciesFile",
     "ProviderError",
     "ProviderStatusError",
     "ProviderTimeout",
@@ -43,9 +47,11 @@ __all__ = [
     "Settings",
     "ToolError",
     "ToolTimeout",
+    "ToolsFile",
     "VaultError",
     "__version__",
     "adelegate",
+    "classify_results",
     "create_app",
     "delegate",
     "load_settings",

@@ -9,6 +9,7 @@
     │   ├── NotFound ........... 404
     │   │   └── ModelNotFound
     │   └── Conflict ........... 409
+    ├── Unavailable ............ 503 (a capability this process cannot serve right now)
     ├── ProviderError .......... the upstream LLM failed
     │   ├── ProviderUnavailable  502 (connect error, broken response)
     │   ├── ProviderTimeout .... 504
@@ -131,6 +132,14 @@ class Conflict(RequestError):
 
     status_code = 409
     default_code = "conflict"
+
+
+class Unavailable(HatchwayError):
+    """The gateway cannot serve this right now (a component is not configured or not running)."""
+
+    status_code = 503
+    error_type = "server_error"
+    default_code = "unavailable"
 
 
 class ProviderError(HatchwayError):

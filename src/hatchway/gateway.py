@@ -16,8 +16,9 @@ from hatchway.engine.tools.base import Toolset
 from hatchway.engine.tools.mcp.auth import VaultCredentials
 from hatchway.engine.tools.mcp.calls import McpToolCaller
 from hatchway.engine.tools.mcp.credentials import McpCredentials
+from hatchway.engine.tools.operations.store import OperationStore
 from hatchway.engine.tools.subagents import contribute_subagents
-from hatchway.errors import ModelNotFound
+from hatchway.errors import Conflict, ModelNotFound, Unavailable
 from hatchway.store.cache import Cache, MemoryCache
 from hatchway.store.db import Database
 from hatchway.store.logs import LogWriter, RequestLogStore
@@ -48,6 +49,9 @@ class RunPlan:
 
 PlanContributor = Callable[["Gateway", RunPlan, RunContext, Mapping[str, str]], Awaitable[None]]
 """Adds what one feature binds to a run (MCP plugin tools, operations, subagents) to the plan."""
+
+OperationCallerFactory = Callable[["Gateway", AgentConfig, RunContext], Awaitable[McpToolCaller]]
+"""Builds an MCP caller for an agent's plugin outside a run (``POST /v1/operations/{id}/confirm``)."""
 
 AGENT_PREFIX = "agent:"
 RUN_LOST = (
@@ -89,12 +93,16 @@ class Gateway:
         """Background responses and live streams; cancelled (and recorded as interrupted) on close."""
         self.plan_contributors: list[PlanContributor] = [contribute_subagents]
         """Each feature appends one; ``plan_run`` calls them in order."""
+        self.operations = OperationStore(self.db, lease_seconds=settings.operations.execution_lease_seconds)
+        self.operation_callers: OperationCallerFactory | None = None
+        """Set by the MCP feature: how ``operation_caller`` reaches an agent's servers."""
         self._agents = {a.name: a for a in settings.agents}
         self._started = False
 
     async def start(self) -> None:
         """Apply migrations and start background writers."""
         await self.db.migrate()
+        await self.operations.recover(at_start=True)  # crashed executions → INTERRUPTED, never re-run
         self.log_writer.start()
         await self.responses.fail_expired(RUN_LOST)
         self.tasks.spawn("responses:leases", keep_leases(self.responses, self.tasks, RUN_LOST))
@@ -115,6 +123,18 @@ class Gateway:
         if agent is None:
             raise ModelNotFound(model)
         return agent
+
+    async def operation_caller(self, agent_name: str, ctx: RunContext) -> McpToolCaller:
+        """An MCP caller for ``agent_name``'s plugin, to execute a confirmed operation outside a run."""
+        agent = self._agents.get(agent_name)
+        if agent is None:
+            raise Conflict(
+                f"The agent '{agent_name}' is no longer configured; its operations cannot be executed.",
+                code="agent_not_configured",
+            )
+        if self.operation_callers is None:
+            raise Unavailable("Executing operations needs the MCP client pool, which is not running.")
+        return await self.operation_callers(self, agent, ctx)
 
     async def plan_run(self, model: str, ctx: RunContext, headers: Mapping[str, str]) -> RunPlan:
         """Resolve the model (or agent) and everything bound to this request."""

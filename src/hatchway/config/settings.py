@@ -9,6 +9,7 @@ from typing import Annotated
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
+from hatchway.config.agents import OperationSettings
 from hatchway.config.loading import StrictModel, load_yaml_model
 from hatchway.vault.names import ref_problem
 
@@ -104,6 +105,8 @@ class Settings(StrictModel):
     log_retention_days: Annotated[int, Field(ge=1)] = 30
     response_lease_seconds: Annotated[float, Field(gt=0)] = 30.0
     """How long a replica's claim on a running response lasts unless renewed (renewed every third)."""
+    operations: OperationSettings = Field(default_factory=OperationSettings)
+    """Transactional operations: confirmation TTL, execution lease, extra yes/no words."""
 
     _config_dir: Path = PrivateAttr(default_factory=Path.cwd)
 

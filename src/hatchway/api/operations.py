@@ -1,0 +1,124 @@
+"""``/v1/operations``: the organisation's transactional operations, confirmed or cancelled by id.
+
+Confirming executes the operation through the MCP servers of its agent (``Gateway.operation_caller``)
+exactly once; a confirmation that finds it already executing or finished gets 409 with the
+operation as it is, so a double click or a client retry never runs it again.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request
+
+from hatchway.api.auth import authenticate, gateway_of
+from hatchway.api.context import run_context
+from hatchway.api.errors import parse_json_body
+from hatchway.engine.context import Principal
+from hatchway.engine.tools.operations.execution import (
+    OperationConflict,
+    cancel_operation,
+    check_confirmable,
+    confirm_operation,
+)
+from hatchway.engine.tools.operations.models import OperationStatus, operation_to_dict
+from hatchway.engine.tools.operations.store import OperationQuery
+from hatchway.errors import InvalidRequest
+
+router = APIRouter()
+_STATUSES = ", ".join(s.value for s in OperationStatus)
+
+
+def _status(value: str | None) -> OperationStatus | None:
+    if value is None:
+        return None
+    try:
+        return OperationStatus(value.upper())
+    except ValueError:
+        raise InvalidRequest(f"status: must be one of {_STATUSES} (got {value!r})", param="status") from None
+
+
+@router.get("/v1/operations")
+async def list_operations(
+    request: Request,
+    principal: Annotated[Principal, Depends(authenticate)],
+    status: str | None = None,
+    agent: str | None = None,
+    session: str | None = None,
+    after: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> dict[str, Any]:
+    query = OperationQuery(
+        status=_status(status), agent=agent, session_key=session, after=after, limit=limit + 1
+    )
+    rows = await gateway_of(request).operations.list(principal.org_id, query)
+    page = rows[:limit]
+    return {
+        "object": "list",
+        "data": [operation_to_dict(r) for r in page],
+        "has_more": len(rows) > limit,
+        "last_id": page[-1].id if page else None,
+    }
+
+
+@router.get("/v1/operations/{operation_id}")
+async def get_operation(
+    request: Request, operation_id: str, principal: Annotated[Principal, Depends(authenticate)]
+) -> dict[str, Any]:
+    op = await gateway_of(request).operations.get(operation_id, org_id=principal.org_id)
+    return operation_to_dict(op)
+
+
+def _confirm_body(raw: bytes) -> str | None:
+    """The optional body ``{"confirm": true, "arguments_digest": "…"}``; returns the digest."""
+    if not raw.strip():
+        return None
+    body = parse_json_body(raw)
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object.")
+    unknown = sorted(set(body) - {"confirm", "arguments_digest"})
+    if unknown:
+        raise InvalidRequest(f"{unknown[0]}: unknown field", param=unknown[0])
+    if "confirm" in body and body["confirm"] is not True:
+        raise InvalidRequest(f"confirm: must be the boolean true (got {body['confirm']!r})", param="confirm")
+    digest = body.get("arguments_digest")
+    if digest is not None and not isinstance(digest, str):
+        raise InvalidRequest("arguments_digest: must be a string", param="arguments_digest")
+    return digest
+
+
+@router.post("/v1/operations/{operation_id}/confirm")
+async def confirm(
+    request: Request, operation_id: str, principal: Annotated[Principal, Depends(authenticate)]
+) -> dict[str, Any]:
+    gw = gateway_of(request)
+    digest = _confirm_body(await request.body())
+    ctx = run_context(request, principal, gw.settings.loop_deadline_seconds)
+    op = await gw.operations.get(operation_id, org_id=principal.org_id)
+    check_confirmable(op, digest)
+    if op.state is not OperationStatus.AWAITING_CONFIRMATION:
+        raise OperationConflict(
+            f"Operation {op.id} is {op.status}: it can no longer be confirmed and is not executed again.",
+            op,
+            code="operation_not_pending",
+        )
+    caller = await gw.operation_caller(op.agent, ctx)
+    outcome = await confirm_operation(gw.operations, op.id, caller, ctx, via="api", expected_digest=digest)
+    if not outcome.executed:
+        raise OperationConflict(
+            f"Operation {op.id} was confirmed by another request; it executed once "
+            f"and is {outcome.operation.status}.",
+            outcome.operation,
+            code="operation_already_confirmed",
+        )
+    return operation_to_dict(outcome.operation)
+
+
+@router.post("/v1/operations/{operation_id}/cancel")
+async def cancel(
+    request: Request, operation_id: str, principal: Annotated[Principal, Depends(authenticate)]
+) -> dict[str, Any]:
+    gw = gateway_of(request)
+    ctx = run_context(request, principal, gw.settings.loop_deadline_seconds)
+    op = await cancel_operation(gw.operations, operation_id, ctx, reason="cancelled through the API")
+    return operation_to_dict(op)

@@ -1,0 +1,406 @@
+"""The operation flow for one agent: requires → pre-validation → confirmation → execution → verdict.
+
+``OperationService.call`` handles a model's call of one of the agent's tools and returns an
+``OperationStep`` saying what happened — executed, needs the user's confirmation, missing
+arguments, out of scope, failed. ``OperationService.reply`` reads the end user's next message for a
+pending confirmation. Both take the ``McpToolCaller`` of the run, so the same code serves a chat
+turn, a Responses turn and ``POST /v1/operations/{id}/confirm``.
+
+A toolset wraps it (``call_tool`` → ``call``; ``before_run`` → ``reply``); see the README section
+"Transactional operations".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from hatchway.config.agent_files import AgentTools, ResolvedPolicy
+from hatchway.config.agents import OperationSettings, PreValidation, ToolDefinition
+from hatchway.engine.context import RunContext
+from hatchway.engine.items import Item, ToolSpec
+from hatchway.engine.tools.mcp.calls import McpToolCaller
+from hatchway.engine.tools.operations.classify import classify_results
+from hatchway.engine.tools.operations.confirmation import DEFAULT_VOCABULARY, ReplyKind, classify_reply
+from hatchway.engine.tools.operations.execution import (
+    OperationConflict,
+    confirm_operation,
+    execute_claimed,
+)
+from hatchway.engine.tools.operations.messages import (
+    missing_arguments_output,
+    operation_output,
+    preamble_items,
+    write_confirmation_message,
+)
+from hatchway.engine.tools.operations.models import OperationRecord, OperationStatus, arguments_digest
+from hatchway.engine.tools.operations.prevalidation import ValidatorAnswer, run_validator
+from hatchway.engine.tools.operations.specs import tool_specs
+from hatchway.engine.tools.operations.store import OperationDraft, OperationStore
+from hatchway.errors import ToolError
+
+S = OperationStatus
+
+
+class StepKind(StrEnum):
+    EXECUTED = "executed"
+    """The tool ran (an operation COMPLETED, or a plain call); the output carries the verdict."""
+    NEEDS_CONFIRMATION = "needs_confirmation"
+    """Pause the loop and ask the user ``question``."""
+    MISSING_ARGUMENTS = "missing_arguments"
+    OUT_OF_SCOPE = "out_of_scope"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    CANCELLED = "cancelled"
+    """Superseded by a newer request of the conversation before it could be asked."""
+    INVALID = "invalid"
+
+
+@dataclass(slots=True)
+class OperationStep:
+    """What one tool call produced; a toolset maps it to a ToolResult (and an Interruption)."""
+
+    kind: StepKind
+    output: str
+    """What the model reads."""
+    is_error: bool = False
+    question: str | None = None
+    """For NEEDS_CONFIRMATION: the message the user answers."""
+    operation: OperationRecord | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    """For the run log: operation_id, status, verdict, multi_item."""
+
+
+class ReplyOutcome(StrEnum):
+    CONFIRMED = "confirmed"
+    CANCELLED = "cancelled"
+    ASK_AGAIN = "ask_again"
+    EXPIRED = "expired"
+
+
+@dataclass(slots=True)
+class ReplyStep:
+    """What the user's reply did to the conversation's pending operation."""
+
+    outcome: ReplyOutcome
+    operation: OperationRecord
+    items: list[Item] = field(default_factory=list)
+    """The operation as a call + output, for the model to report (CONFIRMED, CANCELLED, EXPIRED)."""
+    answer: str | None = None
+    """For ASK_AGAIN: the question to repeat to the user."""
+    executed: bool = False
+    """True only for the reply whose confirmation ran the tool."""
+
+
+_STEP_OF_STATUS = {
+    S.COMPLETED: StepKind.EXECUTED,
+    S.FAILED: StepKind.FAILED,
+    S.INTERRUPTED: StepKind.INTERRUPTED,
+    S.OUT_OF_SCOPE: StepKind.OUT_OF_SCOPE,
+    S.CANCELLED: StepKind.CANCELLED,
+    S.AWAITING_CONFIRMATION: StepKind.NEEDS_CONFIRMATION,
+    S.COLLECTING_PARAMETERS: StepKind.MISSING_ARGUMENTS,
+}
+
+
+def missing_arguments(requires: tuple[str, ...], arguments: dict[str, Any]) -> list[str]:
+    """Required arguments absent, null, blank or empty."""
+    missing = []
+    for name in requires:
+        value = arguments.get(name)
+        if value is None or (isinstance(value, str) and not value.strip()) or value in ([], {}):
+            missing.append(name)
+    return missing
+
+
+class OperationService:
+    """One agent's tools.yaml tools, run under their policies against a run's MCP caller."""
+
+    def __init__(
+        self,
+        agent: str,
+        tools: AgentTools,
+        store: OperationStore,
+        settings: OperationSettings | None = None,
+    ) -> None:
+        self.agent = agent
+        self.tools = tools
+        self.store = store
+        self.settings = settings or OperationSettings()
+        words = self.settings.confirmation_words
+        self.vocabulary = DEFAULT_VOCABULARY.extended(yes=words.yes, no=words.no, filler=words.filler)
+
+    def tool_specs(self) -> list[ToolSpec]:
+        """The enabled tools as the model sees them."""
+        return tool_specs(self.tools)
+
+    def handles(self, name: str) -> bool:
+        return name in self.tools.enabled()
+
+    # -- a model's tool call ---------------------------------------------------------------------
+
+    async def call(
+        self,
+        name: str,
+        arguments: str | dict[str, Any],
+        ctx: RunContext,
+        caller: McpToolCaller,
+        *,
+        call_id: str | None = None,
+    ) -> OperationStep:
+        """Run one call of tool ``name`` under its policy."""
+        tool = self.tools.enabled().get(name)
+        if tool is None:
+            return _error_step(StepKind.INVALID, "unknown_tool", f"{name} is not a tool of this agent.")
+        args = _parse_arguments(arguments)
+        if args is None:
+            return _error_step(StepKind.INVALID, "invalid_arguments", "Arguments must be a JSON object.")
+        policy = self.tools.policy(name)
+        if not policy.is_operation:
+            return await self._run_direct(name, tool, policy, args, ctx, caller)
+        op = await self.store.create(self._draft(name, tool, policy, args, ctx, call_id))
+        if missing := missing_arguments(policy.requires, args):
+            await self.store.transition(
+                op.id,
+                [S.COLLECTING_PARAMETERS],
+                S.COLLECTING_PARAMETERS,
+                status_reason="missing: " + ", ".join(missing),
+            )
+            return self._missing_step(name, tool, missing, await self.store.get(op.id))
+        answer: ValidatorAnswer | None = None
+        if policy.pre_validation is not None:
+            if not await self.store.transition(op.id, [S.COLLECTING_PARAMETERS], S.PRE_VALIDATION):
+                return await self._current_step(op.id)
+            answer = await run_validator(caller, tool.mcp_server, policy.pre_validation.tool or "", args, ctx)
+            if stop := await self._validator_stop(op, answer, policy.pre_validation):
+                return stop
+        return await self._after_validation(op, policy, answer, ctx, caller)
+
+    async def _validator_stop(
+        self, op: OperationRecord, answer: ValidatorAnswer, rule: PreValidation
+    ) -> OperationStep | None:
+        if answer.failed and not rule.fail_open:
+            await self.store.transition(
+                op.id,
+                [S.PRE_VALIDATION],
+                S.FAILED,
+                status_reason=answer.failure,
+                pre_validation=answer.to_record(),
+                error={"code": "validator_failed", "message": answer.failure},
+            )
+            return await self._current_step(op.id)
+        if answer.failed:
+            answer.fail_open_used = True  # continue with the original arguments
+            return None
+        if not answer.eligible:
+            await self.store.transition(
+                op.id,
+                [S.PRE_VALIDATION],
+                S.OUT_OF_SCOPE,
+                status_reason=answer.reason or "the validator found nothing eligible",
+                pre_validation=answer.to_record(),
+            )
+            return await self._current_step(op.id)
+        return None
+
+    async def _after_validation(
+        self,
+        op: OperationRecord,
+        policy: ResolvedPolicy,
+        answer: ValidatorAnswer | None,
+        ctx: RunContext,
+        caller: McpToolCaller,
+    ) -> OperationStep:
+        """Freeze the (resolved) arguments, then ask the user or, without confirmation, execute."""
+        usable = answer if answer is not None and not answer.failed else None
+        resolved = (usable.resolved_arguments if usable else None) or op.arguments
+        target = (usable.target_tool if usable else None) or op.tool
+        target_tool = self.tools.enabled().get(target)
+        if target_tool is None:
+            reason = f"the validator named {target!r}, which is not an enabled tool of this agent"
+            await self.store.transition(
+                op.id, [S.COLLECTING_PARAMETERS, S.PRE_VALIDATION], S.FAILED, status_reason=reason
+            )
+            return await self._current_step(op.id)
+        frozen: dict[str, Any] = {
+            "resolved_arguments": resolved,
+            "arguments_digest": arguments_digest(resolved),
+            "pre_validation": answer.to_record() if answer else None,
+            "tool": target,
+            "server": target_tool.mcp_server,
+        }
+        if not policy.require_confirmation:
+            return await self._execute_now(op, frozen, ctx, caller)
+        message = (usable.confirmation_message if usable else None) or write_confirmation_message(
+            target, target_tool.description, resolved, answer
+        )
+        expires = self.store.clock() + timedelta(seconds=self.settings.confirmation_ttl_seconds)
+        # Superseded meanwhile, the step says CANCELLED; otherwise it asks the user ``message``.
+        await self.store.await_confirmation(op, confirmation_message=message, expires_at=expires, **frozen)
+        return await self._current_step(op.id)
+
+    async def _execute_now(
+        self, op: OperationRecord, frozen: dict[str, Any], ctx: RunContext, caller: McpToolCaller
+    ) -> OperationStep:
+        """A transactional tool that needs no confirmation: claimed and executed straight away."""
+        claimed = await self.store.claim(
+            op.id,
+            from_states=(S.COLLECTING_PARAMETERS, S.PRE_VALIDATION),
+            via="policy",
+            confirmed_by=ctx.on_behalf_of,
+            **frozen,
+        )
+        if not claimed:
+            return await self._current_step(op.id)
+        return step_for(await execute_claimed(self.store, await self.store.get(op.id), caller, ctx))
+
+    async def _run_direct(
+        self,
+        name: str,
+        tool: ToolDefinition,
+        policy: ResolvedPolicy,
+        args: dict[str, Any],
+        ctx: RunContext,
+        caller: McpToolCaller,
+    ) -> OperationStep:
+        """A read-only tool: requires and pre-validation apply, no durable record, output as sent."""
+        if missing := missing_arguments(policy.requires, args):
+            return self._missing_step(name, tool, missing, None)
+        rule = policy.pre_validation
+        if rule is not None:
+            answer = await run_validator(caller, tool.mcp_server, rule.tool or "", args, ctx)
+            if answer.failed and not rule.fail_open:
+                return _error_step(StepKind.FAILED, "validator_failed", answer.failure or "validator failed")
+            if not answer.failed and not answer.eligible:
+                return _error_step(StepKind.OUT_OF_SCOPE, "out_of_scope", answer.reason or "not eligible")
+            if not answer.failed and answer.resolved_arguments:
+                args = answer.resolved_arguments
+        try:
+            result = await caller.call_mcp_tool(tool.mcp_server, name, args, ctx)
+        except ToolError as exc:
+            return _error_step(StepKind.FAILED, exc.code or "tool_error", ctx.redact(exc.message))
+        body = result.structured if result.structured is not None else result.text
+        verdict = classify_results(body, name, is_error=result.is_error)
+        return OperationStep(
+            StepKind.EXECUTED,
+            ctx.redact(result.text),
+            is_error=result.is_error,
+            meta={"verdict": verdict.status.value, "multi_item": verdict.multi_item()},
+        )
+
+    # -- the user's reply ------------------------------------------------------------------------
+
+    async def reply(self, text: str, ctx: RunContext, caller: McpToolCaller) -> ReplyStep | None:
+        """Decide the conversation's pending confirmation from the user's message; None if none."""
+        if ctx.session_key is None:
+            return None
+        op = await self.store.pending_for(ctx.org_id, self.agent, ctx.session_key)
+        if op is None:
+            return None
+        if self.store.is_expired(op):
+            expired = await self.store.get(op.id, org_id=ctx.org_id)  # applies the expiry
+            return ReplyStep(ReplyOutcome.EXPIRED, expired, preamble_items(expired))
+        kind = classify_reply(text, self.vocabulary)
+        if kind is ReplyKind.AMBIGUOUS:
+            return ReplyStep(ReplyOutcome.ASK_AGAIN, op, answer=op.confirmation_message)
+        if kind is ReplyKind.NO:
+            await self.store.cancel(op.id, "cancelled by the user's reply", org_id=ctx.org_id)
+            current = await self.store.get(op.id, org_id=ctx.org_id)
+            return ReplyStep(ReplyOutcome.CANCELLED, current, preamble_items(current))
+        try:
+            outcome = await confirm_operation(self.store, op.id, caller, ctx, via="reply")
+        except OperationConflict as exc:  # expired or cancelled between our read and the claim
+            expired = exc.code == "operation_expired"
+            decided = ReplyOutcome.EXPIRED if expired else ReplyOutcome.CANCELLED
+            return ReplyStep(decided, exc.operation, preamble_items(exc.operation))
+        done = outcome.operation
+        return ReplyStep(ReplyOutcome.CONFIRMED, done, preamble_items(done), executed=outcome.executed)
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _draft(
+        self,
+        name: str,
+        tool: ToolDefinition,
+        policy: ResolvedPolicy,
+        args: dict[str, Any],
+        ctx: RunContext,
+        call_id: str | None,
+    ) -> OperationDraft:
+        return OperationDraft(
+            org_id=ctx.org_id,
+            agent=self.agent,
+            session_key=ctx.session_key,
+            tool=name,
+            server=tool.mcp_server,
+            operation_type=policy.operation_type.value,
+            policy=policy_snapshot(policy),
+            arguments=args,
+            ttl_seconds=self.settings.confirmation_ttl_seconds,
+            call_id=call_id,
+            response_id=ctx.response_id,
+            requested_by=ctx.on_behalf_of,
+        )
+
+    def _missing_step(
+        self, name: str, tool: ToolDefinition, missing: list[str], op: OperationRecord | None
+    ) -> OperationStep:
+        labels = {m: tool.args_schema[m].label or "" for m in missing if m in tool.args_schema}
+        output = missing_arguments_output(name, missing, labels, tool.user_prompt)
+        meta = _meta(op) if op else {}
+        return OperationStep(
+            StepKind.MISSING_ARGUMENTS, output, is_error=True, operation=op, meta=meta | {"missing": missing}
+        )
+
+    async def _current_step(self, op_id: str) -> OperationStep:
+        return step_for(await self.store.get(op_id))
+
+
+def step_for(op: OperationRecord) -> OperationStep:
+    """The step an operation's current state means for the model."""
+    kind = _STEP_OF_STATUS.get(op.state, StepKind.FAILED)
+    failed = kind in (StepKind.FAILED, StepKind.OUT_OF_SCOPE, StepKind.CANCELLED, StepKind.INTERRUPTED)
+    question = op.confirmation_message if kind is StepKind.NEEDS_CONFIRMATION else None
+    return OperationStep(
+        kind, operation_output(op), is_error=failed, question=question, operation=op, meta=_meta(op)
+    )
+
+
+def policy_snapshot(policy: ResolvedPolicy) -> dict[str, Any]:
+    """The policy as recorded on the operation (it stays true even if the files change later)."""
+    return {
+        "source": policy.source,
+        "operation_type": policy.operation_type.value,
+        "require_confirmation": policy.require_confirmation,
+        "requires": list(policy.requires),
+        "pre_validation": policy.pre_validation.model_dump() if policy.pre_validation else None,
+        "execution": policy.execution.model_dump() if policy.execution else None,
+        "requested_tool": policy.tool,
+    }
+
+
+def _meta(op: OperationRecord) -> dict[str, Any]:
+    meta: dict[str, Any] = {"operation_id": op.id, "operation_status": op.status}
+    if op.verdict:
+        meta["outcome"] = op.verdict.get("status")
+        meta["multi_item"] = op.verdict.get("multi_item")
+    return meta
+
+
+def _error_step(kind: StepKind, code: str, message: str) -> OperationStep:
+    body = orjson.dumps({"error": {"code": code, "message": message}}).decode()
+    return OperationStep(kind, body, is_error=True, meta={"outcome": "error", "error_code": code})
+
+
+def _parse_arguments(arguments: str | dict[str, Any]) -> dict[str, Any] | None:
+    if isinstance(arguments, dict):
+        return arguments
+    try:
+        parsed = orjson.loads(arguments or "{}")
+    except orjson.JSONDecodeError:
+        return None
+    return parsed if isinstance(parsed, dict) else None

@@ -1,0 +1,252 @@
+"""``/v1/operations`` over HTTP: listing, evidence, confirm (once), cancel, validation, isolation.
+
+Operations are put up for confirmation by the real flow (OperationService against the example MCP
+server) on the gateway's own loop. Confirmation executes through ``Gateway.operation_caller``; this
+branch has no MCP pool, so tests install the minimal official-client caller through the gateway's
+``operation_callers`` hook — the seam the pool fills in.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from hatchway.config.agent_files import agent_files_in, load_agent_tools
+from hatchway.engine.context import Principal, RunContext
+from hatchway.engine.tools.operations.service import OperationService
+from tests.support.contas import RunningContas
+from tests.support.gateway import RunningGateway
+from tests.support.servers import wait_until
+
+EXAMPLE_AGENT = Path(__file__).resolve().parents[2] / "examples" / "agents" / "contas"
+ABC = {"subject": "Produto A, Produto B e Produto C"}
+
+
+@pytest.fixture
+def ops_gateway(request, gateway_factory, database_url: str, contas: RunningContas) -> RunningGateway:
+    ttl = getattr(request, "param", 1800)
+    gw = gateway_factory(
+        database_url=database_url,
+        operations={"confirmation_ttl_seconds": ttl},
+        agents=[
+            {
+                "name": "contas",
+                "model": "gpt-4o",
+                "plugin": str(EXAMPLE_AGENT / "plugin.yaml"),
+                "tools": str(EXAMPLE_AGENT / "tools.yaml"),
+                "tool_policies": str(EXAMPLE_AGENT / "tool_policies.yaml"),
+            }
+        ],
+    )
+
+    async def callers(gateway, agent, ctx):  # the MCP pool's part, on this branch
+        return contas.caller()
+
+    gw.gateway.operation_callers = callers
+    return gw
+
+
+def _pending(
+    gw: RunningGateway, contas: RunningContas, *, org_id: str | None = None, session: str = "s1"
+) -> str:
+    """Ask for a cancellation the way the loop will: the flow stops at AWAITING_CONFIRMATION."""
+    assert gw.org is not None
+    agent = load_agent_tools(agent_files_in(EXAMPLE_AGENT))
+    service = OperationService("contas", agent, gw.gateway.operations, gw.settings.operations)
+    ctx = RunContext(
+        principal=Principal(org_id or gw.org.org_id, "acme"), session_key=session, on_behalf_of="ana"
+    )
+    step = gw.server.call(service.call("cancelar_vas_avulso", ABC, ctx, contas.caller(), call_id="call_9"))
+    assert step.operation is not None
+    return step.operation.id
+
+
+def _http(gw: RunningGateway, method: str, path: str, key: str | None = None, **kw: Any) -> httpx.Response:
+    headers = {"authorization": f"Bearer {key or gw.key}", **kw.pop("headers", {})}
+    return httpx.request(method, f"{gw.url}{path}", headers=headers, timeout=30, **kw)
+
+
+def test_list_and_get_show_the_evidence(ops_gateway: RunningGateway, contas: RunningContas) -> None:
+    op_id = _pending(ops_gateway, contas)
+    listed = _http(ops_gateway, "GET", "/v1/operations", params={"status": "AWAITING_CONFIRMATION"})
+    assert listed.status_code == 200
+    assert [o["id"] for o in listed.json()["data"]] == [op_id]
+    assert _http(ops_gateway, "GET", "/v1/operations", params={"status": "completed"}).json()["data"] == []
+
+    op = _http(ops_gateway, "GET", f"/v1/operations/{op_id}").json()
+    assert op["object"] == "operation" and op["status"] == "AWAITING_CONFIRMATION"
+    assert op["confirmation_message"] == "Você confirma o cancelamento de Produto A, Produto B e Produto C?"
+    assert op["arguments"] == ABC and len(op["resolved_arguments"]["items"]) == 3
+    assert op["requested_by"] == "ana" and op["agent"] == "contas" and op["session_key"] == "s1"
+
+    bad = _http(ops_gateway, "GET", "/v1/operations", params={"status": "DONE"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "status"
+
+
+def test_confirm_executes_once_and_a_second_confirm_gets_409_with_the_outcome(
+    ops_gateway: RunningGateway, contas: RunningContas
+) -> None:
+    op_id = _pending(ops_gateway, contas)
+    confirmed = _http(
+        ops_gateway,
+        "POST",
+        f"/v1/operations/{op_id}/confirm",
+        json={"confirm": True},
+        headers={"X-On-Behalf-Of": "bia"},
+    )
+    assert confirmed.status_code == 200, confirmed.text
+    body = confirmed.json()
+    assert body["status"] == "COMPLETED" and body["verdict"]["status"] == "PARTIAL_SUCCESS"
+    assert body["confirmed_by"] == "bia" and body["confirmed_via"] == "api"
+    assert [(i["name"], i["success"]) for i in body["items"]] == [
+        ("Produto A", True),
+        ("Produto B", False),
+        ("Produto C", True),
+    ]
+
+    again = _http(ops_gateway, "POST", f"/v1/operations/{op_id}/confirm")
+    assert again.status_code == 409
+    assert again.json()["error"]["code"] == "operation_not_pending"
+    assert again.json()["operation"]["verdict"]["status"] == "PARTIAL_SUCCESS"
+    assert contas.backend.executions == {op_id: 1}
+
+
+def test_confirm_while_executing_is_409_and_runs_nothing_more(
+    ops_gateway: RunningGateway, contas: RunningContas
+) -> None:
+    op_id = _pending(ops_gateway, contas)
+    contas.backend.gate = threading.Event()  # hold the first execution in flight
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(_http, ops_gateway, "POST", f"/v1/operations/{op_id}/confirm")
+        assert contas.backend.started.wait(10)
+        second = _http(ops_gateway, "POST", f"/v1/operations/{op_id}/confirm", json={"confirm": True})
+        assert second.status_code == 409 and second.json()["operation"]["status"] == "EXECUTING"
+        contas.backend.gate.set()
+        assert first.result(30).status_code == 200
+    assert contas.backend.executions == {op_id: 1}
+
+
+def test_simultaneous_confirms_execute_once(ops_gateway: RunningGateway, contas: RunningContas) -> None:
+    op_id = _pending(ops_gateway, contas)
+    start = threading.Barrier(4)
+
+    def confirm() -> int:
+        start.wait(10)
+        return _http(ops_gateway, "POST", f"/v1/operations/{op_id}/confirm").status_code
+
+    with ThreadPoolExecutor(4) as pool:
+        codes = sorted(pool.map(lambda _: confirm(), range(4)))
+    assert codes == [200, 409, 409, 409]
+    assert contas.backend.executions == {op_id: 1}
+
+
+@pytest.mark.parametrize(
+    ("content", "param"),
+    [
+        (b'{"confirm": "true"}', "confirm"),
+        (b'{"confirm": false}', "confirm"),
+        (b'{"confirm": 1}', "confirm"),
+        (b'{"confirm": true, "force": true}', "force"),
+        (b'{"confirm": true, "arguments_digest": 5}', "arguments_digest"),
+        (b"[true]", None),
+        (b"{not json", None),
+    ],
+)
+def test_confirm_body_must_say_true_as_a_boolean(
+    ops_gateway: RunningGateway, contas: RunningContas, content: bytes, param: str | None
+) -> None:
+    op_id = _pending(ops_gateway, contas)
+    response = _http(
+        ops_gateway,
+        "POST",
+        f"/v1/operations/{op_id}/confirm",
+        content=content,
+        headers={"content-type": "application/json"},
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == param
+    assert _http(ops_gateway, "GET", f"/v1/operations/{op_id}").json()["status"] == "AWAITING_CONFIRMATION"
+    assert contas.backend.stats()["total_executions"] == 0
+
+
+def test_confirm_with_a_stale_digest_is_refused(ops_gateway: RunningGateway, contas: RunningContas) -> None:
+    op_id = _pending(ops_gateway, contas)
+    digest = _http(ops_gateway, "GET", f"/v1/operations/{op_id}").json()["arguments_digest"]
+    stale = _http(ops_gateway, "POST", f"/v1/operations/{op_id}/confirm", json={"arguments_digest": "0" * 64})
+    assert stale.status_code == 409 and stale.json()["error"]["code"] == "arguments_digest_mismatch"
+    assert contas.backend.stats()["total_executions"] == 0
+    good = _http(
+        ops_gateway,
+        "POST",
+        f"/v1/operations/{op_id}/confirm",
+        json={"confirm": True, "arguments_digest": digest},
+    )
+    assert good.status_code == 200
+
+
+def test_cancel_then_confirm_is_a_conflict(ops_gateway: RunningGateway, contas: RunningContas) -> None:
+    op_id = _pending(ops_gateway, contas)
+    cancelled = _http(
+        ops_gateway, "POST", f"/v1/operations/{op_id}/cancel", headers={"X-On-Behalf-Of": "ana"}
+    )
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == "CANCELLED"
+    assert "(by ana)" in cancelled.json()["status_reason"]
+    assert _http(ops_gateway, "POST", f"/v1/operations/{op_id}/cancel").status_code == 200  # idempotent
+    confirm = _http(ops_gateway, "POST", f"/v1/operations/{op_id}/confirm")
+    assert confirm.status_code == 409 and confirm.json()["operation"]["status"] == "CANCELLED"
+    assert contas.backend.stats()["total_executions"] == 0
+
+
+def test_a_finished_operation_cannot_be_cancelled(ops_gateway: RunningGateway, contas: RunningContas) -> None:
+    op_id = _pending(ops_gateway, contas)
+    assert _http(ops_gateway, "POST", f"/v1/operations/{op_id}/confirm").status_code == 200
+    late = _http(ops_gateway, "POST", f"/v1/operations/{op_id}/cancel")
+    assert late.status_code == 409 and late.json()["error"]["code"] == "operation_not_cancellable"
+    assert late.json()["operation"]["status"] == "COMPLETED"
+
+
+def test_operations_are_scoped_to_the_organisation(
+    ops_gateway: RunningGateway, contas: RunningContas
+) -> None:
+    op_id = _pending(ops_gateway, contas)
+    other = ops_gateway.new_org()
+    for method, path in (
+        ("GET", f"/v1/operations/{op_id}"),
+        ("POST", f"/v1/operations/{op_id}/confirm"),
+        ("POST", f"/v1/operations/{op_id}/cancel"),
+    ):
+        response = _http(ops_gateway, method, path, key=other.key)
+        assert response.status_code == 404, (method, path)
+    assert _http(ops_gateway, "GET", "/v1/operations", key=other.key).json()["data"] == []
+    assert _http(ops_gateway, "GET", f"/v1/operations/{op_id}").json()["status"] == "AWAITING_CONFIRMATION"
+    assert httpx.get(f"{ops_gateway.url}/v1/operations").status_code == 401
+    assert contas.backend.stats()["total_executions"] == 0
+
+
+def test_confirm_without_an_mcp_caller_is_503_and_stays_pending(
+    ops_gateway: RunningGateway, contas: RunningContas
+) -> None:
+    op_id = _pending(ops_gateway, contas)
+    ops_gateway.gateway.operation_callers = None
+    response = _http(ops_gateway, "POST", f"/v1/operations/{op_id}/confirm")
+    assert response.status_code == 503 and response.json()["error"]["code"] == "unavailable"
+    assert _http(ops_gateway, "GET", f"/v1/operations/{op_id}").json()["status"] == "AWAITING_CONFIRMATION"
+
+
+@pytest.mark.parametrize("ops_gateway", [1], indirect=True)  # a one-second confirmation TTL
+def test_an_expired_operation_cannot_be_confirmed(ops_gateway: RunningGateway, contas: RunningContas) -> None:
+    op_id = _pending(ops_gateway, contas)
+
+    def expired() -> bool:
+        return _http(ops_gateway, "GET", f"/v1/operations/{op_id}").json()["status"] == "CANCELLED"
+
+    wait_until(expired, timeout=10, interval=0.1, message="the pending operation to expire")
+    response = _http(ops_gateway, "POST", f"/v1/operations/{op_id}/confirm")
+    assert response.status_code == 409 and response.json()["error"]["code"] == "operation_expired"
+    assert response.json()["operation"]["status_reason"].startswith("expired")
+    assert contas.backend.stats()["total_executions"] == 0

@@ -1,0 +1,38 @@
+"""Shared pieces for operations tests: a migrated database, the example agent's service."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from hatchway.config.agent_files import AgentTools, agent_files_in, load_agent_tools
+from hatchway.engine.context import Principal, RunContext
+from hatchway.store.db import Database
+
+EXAMPLE_AGENT = Path(__file__).resolve().parents[3] / "examples" / "agents" / "contas"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[Database]:
+    database = Database(database_url)
+    await database.migrate()
+    yield database
+    await database.close()
+
+
+@pytest.fixture
+def agent_tools() -> AgentTools:
+    return load_agent_tools(agent_files_in(EXAMPLE_AGENT))
+
+
+def make_ctx(
+    org_id: str = "org_a", session: str | None = "sess-1", user: str | None = "user-7"
+) -> RunContext:
+    return RunContext(principal=Principal(org_id, org_id), session_key=session, on_behalf_of=user)
