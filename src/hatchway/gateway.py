@@ -11,7 +11,10 @@ from hatchway.engine.context import RunContext
 from hatchway.engine.loop import LoopSettings
 from hatchway.engine.providers.routing import ModelRouter, ResolvedModel
 from hatchway.engine.tools.base import Toolset
+from hatchway.engine.tools.mcp.binding import PluginBinding
 from hatchway.engine.tools.mcp.calls import McpToolCaller
+from hatchway.engine.tools.mcp.credentials import McpCredentials, NoCredentials
+from hatchway.engine.tools.mcp.pool import McpServerPool
 from hatchway.errors import ModelNotFound
 from hatchway.store.cache import Cache, MemoryCache
 from hatchway.store.db import Database
@@ -56,8 +59,14 @@ class Gateway:
         self.logs = RequestLogStore(self.db)
         self.log_writer = LogWriter(self.db)
         self.models = ModelRouter(settings)
-        self.plan_contributors: list[PlanContributor] = []
-        """Each feature appends one; ``plan_run`` calls them in order."""
+        self.mcp_pool = McpServerPool()
+        """Live MCP sessions, shared by every request; closed with the gateway."""
+        self.mcp_credentials: McpCredentials = NoCredentials()
+        """How MCP requests are authenticated (the vault replaces the default)."""
+        self.plan_contributors: list[PlanContributor] = [PluginBinding(settings)]
+        """Each feature appends one; ``plan_run`` calls them in order (the MCP plugin first: later
+        contributors may use ``plan.mcp``). Plugin files from hatchway.yaml are parsed here, so a
+        broken one stops the start (ConfigError)."""
         self._agents = {a.name: a for a in settings.agents}
         self._started = False
 
@@ -68,6 +77,7 @@ class Gateway:
         self._started = True
 
     async def close(self) -> None:
+        await self.mcp_pool.aclose()
         await self.log_writer.close()
         await self.models.aclose()
         await self.cache.close()

@@ -47,6 +47,7 @@ class RunningGateway:
         self.gateway = Gateway(self.settings)
         self.server = ServerThread(create_app(self.settings, gateway=self.gateway))
         self.org: OrgKey | None = None
+        self._clients: list[openai.OpenAI] = []
 
     @property
     def url(self) -> str:
@@ -63,6 +64,9 @@ class RunningGateway:
         return self
 
     def stop(self) -> None:
+        for client in self._clients:  # their keep-alive sockets would otherwise warn when collected
+            client.close()
+        self._clients.clear()
         self.server.stop()
 
     def new_org(self, name: str | None = None) -> OrgKey:
@@ -71,7 +75,9 @@ class RunningGateway:
     def client(self, key: str | None = None, **kwargs: Any) -> openai.OpenAI:
         kwargs.setdefault("max_retries", 0)
         kwargs.setdefault("timeout", 30.0)
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key or self.key, **kwargs)
+        client = openai.OpenAI(base_url=f"{self.url}/v1", api_key=key or self.key, **kwargs)
+        self._clients.append(client)
+        return client
 
 
 def write_config(tmp_path: Path, config: dict[str, Any], name: str = "hatchway.yaml") -> Path:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hatchway.cli import admin, serve  # noqa: F401  (registers commands)
+from hatchway.cli import admin, plugin, serve  # noqa: F401  (registers commands)
 from hatchway.cli.app import app
 
 

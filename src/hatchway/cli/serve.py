@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from hatchway.cli.app import DEFAULT_CONFIG, ConfigOption, app, settings_from
+from hatchway.cli.app import DEFAULT_CONFIG, ConfigOption, app, err_console, settings_from
+from hatchway.errors import ConfigError
 
 
 @app.command()
@@ -22,4 +23,9 @@ def serve(
     from hatchway.api.app import create_app
 
     settings = settings_from(config)
-    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level, access_log=False)
+    try:
+        asgi_app = create_app(settings)
+    except ConfigError as exc:  # a plugin file named in hatchway.yaml is broken
+        err_console.print(f"[bold red]error:[/] {exc.render()}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    uvicorn.run(asgi_app, host=host, port=port, log_level=log_level, access_log=False)
