@@ -1,6 +1,7 @@
 """Hatchway: a self-hosted, OpenAI-compatible agent gateway."""
 
 from hatchway.api.app import create_app
+from hatchway.config.plugin import McpServerConfig, PluginConfig, load_plugin
 from hatchway.config.settings import Settings, load_settings
 from hatchway.errors import (
     AuthenticationError,
@@ -29,10 +30,12 @@ __all__ = [
     "Gateway",
     "HatchwayError",
     "InvalidRequest",
+    "McpServerConfig",
     "McpServerError",
     "ModelNotFound",
     "NotFound",
     "PermissionDenied",
+    "PluginConfig",
     "ProviderError",
     "ProviderStatusError",
     "ProviderTimeout",
@@ -43,5 +46,6 @@ __all__ = [
     "VaultError",
     "__version__",
     "create_app",
+    "load_plugin",
     "load_settings",
 ]

@@ -3,6 +3,7 @@ servers on loopback, with the scripted upstream deciding the tool calls."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Callable
@@ -147,6 +148,27 @@ def test_three_300ms_tools_run_in_parallel(
     tools_round_ms = record["latency_ms"] - model_ms
     assert tools_round_ms < 700, f"the tool round took {tools_round_ms:.0f} ms; sequential would be ≥ 900"
     assert "slept 300 0" in raw.parse().choices[0].message.content
+
+
+def test_tool_call_parallel_false_runs_the_calls_one_after_the_other(
+    mcp_server_factory: Callable[..., McpTestServer], gateway_factory, llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    server = mcp_server_factory("s")
+    gateway = gateway_factory(
+        **rule_for(
+            tmp_path,
+            {"mcp_servers": [{"id": "s", "url": server.url}], "agent": {"tool_call_parallel": False}},
+        )
+    )
+    llm.handler = rounds(
+        Reply(tool_calls=[("s__slow", {"ms": 100, "label": str(i)}) for i in range(3)]), summarise
+    )
+
+    gateway.client().chat.completions.create(model="gpt-4o", messages=USER)
+
+    spans = sorted(server.spans)
+    assert len(spans) == 3
+    assert all(later[0] >= earlier[1] for earlier, later in itertools.pairwise(spans))
 
 
 def test_max_rounds_returns_the_last_model_response_flagged(

@@ -359,3 +359,19 @@ async def test_closing_the_pool_ends_every_session_task(
 
     assert not any(t.get_name() == "mcp:s" and not t.done() for t in asyncio.all_tasks())
     assert len(pool) == 0
+
+
+async def test_an_untrusted_guarded_client_cannot_connect_to_loopback_even_past_the_plan_check(
+    mcp_server_factory: Callable[..., McpTestServer], pool: McpServerPool
+) -> None:
+    server = mcp_server_factory("s")
+    plugin = plugin_of({"id": "s", "url": server.url.replace("127.0.0.1", "localhost")})
+    guarded = PluginMcpClient(
+        plugin, trusted=False, pool=pool, credentials=NoCredentials(), guard_egress=True, backoff_seconds=0.01
+    )
+
+    outcome = await guarded.call(plugin.mcp_servers[0], "echo", {"text": "x"}, ctx())
+
+    assert isinstance(outcome.error, McpServerError) and outcome.error.code == "egress_denied"
+    assert not outcome.error.transient and outcome.retries == 0
+    assert server.requests == []

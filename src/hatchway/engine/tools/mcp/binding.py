@@ -77,13 +77,18 @@ class PluginBinding:
         bound = self.select(plan, headers)
         if bound is None:
             return
+        allow_private = gw.settings.allow_private_mcp_urls
         if not bound.trusted:
-            await _check_untrusted(bound, allow_private=gw.settings.allow_private_mcp_urls)
+            await _check_untrusted(bound, allow_private=allow_private)
         for server in bound.plugin.mcp_servers:
             forwarded_headers(server.forward_headers, ctx.request_headers)  # CR/LF values → 400 now
             await gw.mcp_credentials.authorize(server, ctx, trusted=bound.trusted)
         client = PluginMcpClient(
-            bound.plugin, trusted=bound.trusted, pool=gw.mcp_pool, credentials=gw.mcp_credentials
+            bound.plugin,
+            trusted=bound.trusted,
+            pool=gw.mcp_pool,
+            credentials=gw.mcp_credentials,
+            guard_egress=not bound.trusted and not allow_private,
         )
         agent = bound.plugin.agent
         plan.toolsets.append(

@@ -68,9 +68,11 @@ class ToolListing:
 class McpConnection:
     """A client session to one MCP server, sharing the server's ``ToolListing``."""
 
-    def __init__(self, server: McpServerConfig, listing: ToolListing) -> None:
+    def __init__(self, server: McpServerConfig, listing: ToolListing, *, guard: bool) -> None:
         self.server = server
         self.listing = listing
+        self.guard = guard
+        """Check and pin every address this session connects to (servers from inline plugins)."""
         self.lost = asyncio.Event()
         """Set once the session has ended; the pool then replaces the connection."""
         self._client: Client | None = None
@@ -122,7 +124,7 @@ class McpConnection:
                 await task
 
     async def _own(self, ready: asyncio.Future[None]) -> None:
-        http = scoped_http_client() if self.server.kind == "streamable_http" else None
+        http = scoped_http_client(guard=self.guard) if self.server.kind == "streamable_http" else None
         try:
             async with Client(
                 self._transport(http),
@@ -188,8 +190,18 @@ class McpConnection:
             return stdio_client(StdioServerParameters(command=server.command or "", args=list(server.args)))
         assert server.url is not None
         if server.kind == "sse":
-            return sse_client(server.url, httpx_client_factory=_sse_client_factory)
+            return sse_client(server.url, httpx_client_factory=self._sse_http_client)
         return streamable_http_client(server.url, http_client=http)
+
+    def _sse_http_client(
+        self, headers: Any = None, timeout: Any = None, auth: Any = None
+    ) -> httpx2.AsyncClient:
+        client = scoped_http_client(guard=self.guard)
+        if headers:
+            client.headers.update(headers)
+        if timeout is not None:
+            client.timeout = timeout
+        return client
 
     # -- calls -----------------------------------------------------------------------------------
 
@@ -236,15 +248,6 @@ async def _list_all_tools(client: Client) -> list[types.Tool]:
         if cursor is None:
             break
     return tools
-
-
-def _sse_client_factory(headers: Any = None, timeout: Any = None, auth: Any = None) -> Any:
-    client = scoped_http_client()
-    if headers:
-        client.headers.update(headers)
-    if timeout is not None:
-        client.timeout = timeout
-    return client
 
 
 def _describe(exc: BaseException) -> str:

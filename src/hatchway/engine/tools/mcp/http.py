@@ -11,12 +11,16 @@ which the SDK would otherwise report alike.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import httpx2
+
+from hatchway.engine.tools.mcp.egress import IpAddress, forbidden_reason, resolve_host
+
+Resolver = Callable[[str, int], Awaitable[list[IpAddress]]]
 
 # Headers the MCP transport sets itself; a scope never overrides them.
 _TRANSPORT_HEADERS = frozenset(
@@ -73,11 +77,25 @@ def current_scope() -> RequestScope | None:
     return _current.get()
 
 
-class ScopedTransport(httpx2.AsyncBaseTransport):
-    """Adds the current scope's headers to each request and records its outcome in the scope."""
+class EgressDenied(httpx2.ConnectError):
+    """An untrusted server's host resolved to an address the gateway may not reach."""
 
-    def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
+
+class ScopedTransport(httpx2.AsyncBaseTransport):
+    """Adds the current scope's headers to each request and records its outcome in the scope.
+
+    With ``guard`` (servers from inline plugins) every host is resolved once, each address is
+    checked, and the connection is pinned to a checked address (TLS still verifies the name), so
+    a DNS answer that changes after the check (rebinding) cannot steer the session inwards.
+    """
+
+    def __init__(
+        self, inner: httpx2.AsyncBaseTransport, *, guard: bool = False, resolver: Resolver = resolve_host
+    ) -> None:
         self._inner = inner
+        self._guard = guard
+        self._resolve = resolver
+        self._pinned: dict[tuple[str, int], str] = {}
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         scope = _current.get()
@@ -86,6 +104,8 @@ class ScopedTransport(httpx2.AsyncBaseTransport):
                 if name.lower() not in _TRANSPORT_HEADERS:
                     request.headers[name] = value
         try:
+            if self._guard:
+                await self._pin(request)
             response = await self._inner.handle_async_request(request)
         except Exception as exc:
             if scope is not None:
@@ -95,18 +115,37 @@ class ScopedTransport(httpx2.AsyncBaseTransport):
             scope.record(response.status_code)
         return response
 
+    async def _pin(self, request: httpx2.Request) -> None:
+        host = request.url.host
+        port = request.url.port or (443 if request.url.scheme == "https" else 80)
+        address = self._pinned.get((host, port))
+        if address is None:
+            try:
+                addresses = await self._resolve(host, port)
+            except OSError as exc:
+                raise httpx2.ConnectError(f"cannot resolve {host}: {exc}", request=request) from None
+            for candidate in addresses:
+                reason = forbidden_reason(candidate)
+                if reason is not None:
+                    raise EgressDenied(f"{host} resolves to a {reason} address", request=request)
+            address = self._pinned[(host, port)] = str(addresses[0])
+        if address != host:
+            if request.url.scheme == "https":
+                request.extensions = {**request.extensions, "sni_hostname": host}
+            request.url = request.url.copy_with(host=address)
+
     async def aclose(self) -> None:
         await self._inner.aclose()
 
 
-def scoped_http_client(inner: httpx2.AsyncBaseTransport | None = None) -> httpx2.AsyncClient:
+def scoped_http_client(*, guard: bool = False) -> httpx2.AsyncClient:
     """The httpx2 client one MCP connection uses: scoped headers, no redirect following.
 
     The SDK follows same-origin redirects itself and refuses the rest; the read timeout is long
     because a server may hold an event stream open (per-call time limits are enforced above).
     """
     return httpx2.AsyncClient(
-        transport=ScopedTransport(inner or httpx2.AsyncHTTPTransport()),
+        transport=ScopedTransport(httpx2.AsyncHTTPTransport(trust_env=False), guard=guard),
         timeout=httpx2.Timeout(30.0, read=300.0),
         follow_redirects=False,
         trust_env=False,

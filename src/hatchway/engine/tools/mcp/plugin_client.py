@@ -22,7 +22,7 @@ from hatchway.engine.tools.mcp.calls import McpCallResult
 from hatchway.engine.tools.mcp.connection import ConnectionLost, McpConnection
 from hatchway.engine.tools.mcp.credentials import McpCredentials
 from hatchway.engine.tools.mcp.forwarding import forwarded_headers
-from hatchway.engine.tools.mcp.http import RequestScope, request_scope
+from hatchway.engine.tools.mcp.http import EgressDenied, RequestScope, request_scope
 from hatchway.engine.tools.mcp.pool import McpServerPool
 from hatchway.engine.tools.mcp.results import to_call_result
 from hatchway.errors import HatchwayError, McpServerError, ToolError, ToolTimeout
@@ -63,6 +63,7 @@ class PluginMcpClient:
         trusted: bool,
         pool: McpServerPool,
         credentials: McpCredentials,
+        guard_egress: bool = False,
         backoff_seconds: float = 0.1,
     ) -> None:
         self.plugin = plugin
@@ -70,6 +71,8 @@ class PluginMcpClient:
         """True for plugins from hatchway.yaml, False for inline ones (passed to the credentials)."""
         self.pool = pool
         self.credentials = credentials
+        self.guard_egress = guard_egress
+        """Refuse (and pin) addresses at connect time too: inline plugins without allow_private."""
         self.backoff_seconds = backoff_seconds
 
     def has_server(self, server_id: str) -> bool:
@@ -83,7 +86,7 @@ class PluginMcpClient:
 
     async def list_tools(self, server: McpServerConfig, ctx: RunContext) -> list[types.Tool]:
         """The server's tools (all of them; the toolset applies the allowlist)."""
-        cached = self.pool.listing(server, ctx.org_id).fresh()
+        cached = self.pool.listing(server, ctx.org_id, trusted=self.trusted).fresh()
         if cached is not None:  # no session needed, even when the server is briefly away
             return cached
         try:
@@ -168,7 +171,9 @@ class PluginMcpClient:
         with request_scope(headers) as scope:
             try:
                 async with asyncio.timeout(timeout):
-                    connection = await self.pool.connection(server, ctx.org_id)
+                    connection = await self.pool.connection(
+                        server, ctx.org_id, trusted=self.trusted, guard=self.guard_egress
+                    )
                     return await op(connection, scope)
             except TimeoutError:
                 failure: ToolError = ToolTimeout(
@@ -202,6 +207,8 @@ class PluginMcpClient:
 
 def _http_failure(server: McpServerConfig, scope: RequestScope) -> ToolError | None:
     """What the HTTP exchange itself says went wrong, when it says anything."""
+    if isinstance(scope.error, EgressDenied):
+        return McpServerError(f"{server.id}: {scope.error}; the connection was refused", code="egress_denied")
     if scope.error is not None:
         return McpServerError(
             f"{server.id}: cannot reach the server ({type(scope.error).__name__})",

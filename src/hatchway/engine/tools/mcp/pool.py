@@ -14,14 +14,16 @@ from hatchway.engine.tools.mcp.connection import McpConnection, ToolListing
 logger = logging.getLogger(__name__)
 
 
-def connection_key(server: McpServerConfig, org_id: str) -> str:
-    """Sessions are per organisation and per everything that identifies the server and its auth.
+def connection_key(server: McpServerConfig, org_id: str, *, trusted: bool) -> str:
+    """Sessions are per organisation, per trust level and per everything that identifies the
+    server and its auth.
 
     Auth headers are added per call, but the handshake and the session's background stream carry
-    the headers of the call that opened it, so two organisations never share a session.
+    the headers of the call that opened it, so two organisations never share a session; and an
+    inline plugin never rides an operator's session, which skips the egress checks.
     """
     identity = server.model_dump(include={"url", "command", "args", "transport", "auth"}, mode="json")
-    digest = hashlib.sha256(orjson.dumps(identity, option=orjson.OPT_SORT_KEYS)).hexdigest()[:24]
+    digest = hashlib.sha256(orjson.dumps([identity, trusted], option=orjson.OPT_SORT_KEYS)).hexdigest()[:24]
     return f"{org_id}:{server.id}:{digest}"
 
 
@@ -38,25 +40,28 @@ class McpServerPool:
     def __len__(self) -> int:
         return sum(1 for c in self._connections.values() if not c.lost.is_set())
 
-    async def connection(self, server: McpServerConfig, org_id: str) -> McpConnection:
+    async def connection(
+        self, server: McpServerConfig, org_id: str, *, trusted: bool, guard: bool = False
+    ) -> McpConnection:
         """The live session for ``server``, opening one when there is none (or the last one died).
 
         Concurrent first calls share one handshake: the connection is registered before it opens.
+        ``guard`` checks and pins the addresses it connects to (see ``ScopedTransport``).
         """
         if self._closed:
             raise RuntimeError("the MCP pool is closed")
-        key = connection_key(server, org_id)
+        key = connection_key(server, org_id, trusted=trusted)
         connection = self._connections.get(key)
         if connection is None or connection.lost.is_set():
-            connection = McpConnection(server, self.listing(server, org_id))
+            connection = McpConnection(server, self.listing(server, org_id, trusted=trusted), guard=guard)
             connection.start()
             self._connections[key] = connection
         await connection.ready()
         return connection
 
-    def listing(self, server: McpServerConfig, org_id: str) -> ToolListing:
+    def listing(self, server: McpServerConfig, org_id: str, *, trusted: bool) -> ToolListing:
         """The cached tool listing of ``server`` for this organisation (kept across reconnects)."""
-        key = connection_key(server, org_id)
+        key = connection_key(server, org_id, trusted=trusted)
         listing = self._listings.get(key)
         if listing is None:
             listing = self._listings[key] = ToolListing(self.tools_ttl_seconds)

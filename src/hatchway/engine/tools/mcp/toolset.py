@@ -104,7 +104,12 @@ class McpToolset(Toolset):
         except HatchwayError:
             return None
         # Forwarded headers (tenant, end-user token…) can change the answer, so they are part of it.
-        material = [connection_key(server, ctx.org_id), tool, arguments, forwarded]
+        material = [
+            connection_key(server, ctx.org_id, trusted=self.client.trusted),
+            tool,
+            arguments,
+            forwarded,
+        ]
         digest = hashlib.sha256(orjson.dumps(material, option=orjson.OPT_SORT_KEYS)).hexdigest()
         return f"mcp:tool-result:{digest}"
 
