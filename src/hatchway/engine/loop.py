@@ -322,7 +322,12 @@ class AgentLoop:
         self, calls: list[FunctionCall], ctx: RunContext, outcomes: dict[str, tuple[ToolResult, float]]
     ) -> None:
         tasks = {asyncio.create_task(self._timed_call(c, ctx)): c for c in calls}
-        done, pending = await asyncio.wait(tasks, timeout=max(ctx.remaining(), 0))
+        try:
+            done, pending = await asyncio.wait(tasks, timeout=max(ctx.remaining(), 0))
+        except asyncio.CancelledError:  # the caller went away (a streaming client disconnected)
+            for task in tasks:
+                task.cancel()
+            raise
         for task in done:
             outcomes[tasks[task].call_id] = task.result()
         if pending:

@@ -375,3 +375,23 @@ async def test_an_untrusted_guarded_client_cannot_connect_to_loopback_even_past_
     assert isinstance(outcome.error, McpServerError) and outcome.error.code == "egress_denied"
     assert not outcome.error.transient and outcome.retries == 0
     assert server.requests == []
+
+
+async def test_a_server_that_never_answers_the_handshake_does_not_wedge_the_pool(pool: McpServerPool) -> None:
+    import socket
+
+    with socket.socket() as silent:  # accepts connections (backlog) but never reads or answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/mcp"
+        plugin = plugin_of({"id": "s", "url": url, "timeout_ms": 300, "max_retries": 0})
+        mcp = client(plugin, pool)
+
+        for _ in range(2):  # the second call opens a new session instead of waiting on the first
+            started = time.monotonic()
+            outcome = await mcp.call(plugin.mcp_servers[0], "echo", {"text": "x"}, ctx())
+            assert outcome.error is not None and outcome.error.transient
+            assert time.monotonic() - started < 2.0
+        with anyio.fail_after(5):  # the half-open session gives up by itself, it does not linger
+            while len(pool):
+                await asyncio.sleep(0.02)

@@ -126,13 +126,18 @@ class McpConnection:
     async def _own(self, ready: asyncio.Future[None]) -> None:
         http = scoped_http_client(guard=self.guard) if self.server.kind == "streamable_http" else None
         try:
-            async with Client(
-                self._transport(http),
-                mode="auto",
-                cache=None,
-                client_info=_CLIENT_INFO,
-                message_handler=self._on_message,
-            ) as client:
+            async with contextlib.AsyncExitStack() as stack:
+                client = Client(
+                    self._transport(http),
+                    mode="auto",
+                    cache=None,
+                    client_info=_CLIENT_INFO,
+                    message_handler=self._on_message,
+                )
+                # A server that accepts the connection but never answers must not leave a
+                # half-open session that every later call waits on.
+                async with asyncio.timeout(self.server.timeout_ms / 1000):
+                    await stack.enter_async_context(client)
                 self._client = client
                 ready.set_result(None)
                 await self._serve(client)
@@ -147,8 +152,6 @@ class McpConnection:
                 )
             elif not self._stop.is_set():
                 logger.info("MCP session to %s ended: %s", self.server.id, _describe(exc))
-            if isinstance(exc, asyncio.CancelledError) and self._stop.is_set():
-                return
         finally:
             self.lost.set()
             self._client = None
