@@ -31,8 +31,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from bench.common import ROOT, free_port, process, python, sequential_latencies, summary, wait_http  # noqa: E402
-from bench.passthrough import _key  # noqa: E402
+from bench.common import ROOT, free_port, process, python, sequential_latencies, summary, wait_http
+from bench.passthrough import _key
 
 
 def _body(model: str) -> bytes:
@@ -89,12 +89,34 @@ def measure(requests: int, model_latency_ms: float, tool_latency_ms: float) -> d
         config, db_url = _write_config(tmp, up_port, mcp_port)
         key = asyncio.run(_key(db_url))
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        upstream = [python(), str(ROOT / "bench" / "rounds_upstream.py"), "--port", str(up_port),
-                    "--latency-ms", str(model_latency_ms)]
-        mcp = [python(), str(ROOT / "bench" / "mcp_tool_server.py"), "--port", str(mcp_port),
-               "--latency-ms", str(tool_latency_ms)]
-        gateway = [python(), "-m", "hatchway", "serve", "--config", str(config), "--port", str(gw_port),
-                   "--log-level", "warning"]
+        upstream = [
+            python(),
+            str(ROOT / "bench" / "rounds_upstream.py"),
+            "--port",
+            str(up_port),
+            "--latency-ms",
+            str(model_latency_ms),
+        ]
+        mcp = [
+            python(),
+            str(ROOT / "bench" / "mcp_tool_server.py"),
+            "--port",
+            str(mcp_port),
+            "--latency-ms",
+            str(tool_latency_ms),
+        ]
+        gateway = [
+            python(),
+            "-m",
+            "hatchway",
+            "serve",
+            "--config",
+            str(config),
+            "--port",
+            str(gw_port),
+            "--log-level",
+            "warning",
+        ]
         headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
         url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
         with process(upstream, env=env), process(mcp, env=env), process(gateway, cwd=tmp, env=env):
@@ -133,11 +155,14 @@ def print_table(result: dict[str, object]) -> None:
     )
     for name, s in rows:
         print(f"{name:<44} {s['p50']:>8.2f} {s['p90']:>8.2f} {s['p99']:>8.2f}")  # type: ignore[index]
-    print(f"cost of one tool round beyond its model and tool time (p50): {result['tool_round_cost_p50_ms']:.2f} ms")
+    cost = result["tool_round_cost_p50_ms"]
+    print(f"cost of one tool round beyond its model and tool time (p50): {cost:.2f} ms")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--model-latency-ms", type=float, default=20.0)
     parser.add_argument("--tool-latency-ms", type=float, default=20.0)

@@ -26,8 +26,14 @@ def main() -> None:
         await asyncio.sleep(args.latency_ms / 1000)
         return f"result for {q}"
 
-    uvicorn.run(server.streamable_http_app(), host="127.0.0.1", port=args.port, log_level="warning",
-                access_log=False, timeout_graceful_shutdown=1)
+    uvicorn.run(
+        server.streamable_http_app(),
+        host="127.0.0.1",
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=1,
+    )
 
 
 if __name__ == "__main__":

@@ -34,7 +34,11 @@ TOOL_CALL = _completion(
         "role": "assistant",
         "content": None,
         "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "bench__lookup", "arguments": '{"q": "x"}'}}
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "bench__lookup", "arguments": '{"q": "x"}'},
+            }
         ],
     },
     "tool_calls",
@@ -81,8 +85,13 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--latency-ms", type=float, default=20.0)
     args = parser.parse_args()
-    uvicorn.run(make_app(args.latency_ms / 1000), host="127.0.0.1", port=args.port, log_level="warning",
-                access_log=False)
+    uvicorn.run(
+        make_app(args.latency_ms / 1000),
+        host="127.0.0.1",
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+    )
 
 
 if __name__ == "__main__":
