@@ -7,11 +7,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import passthrough
+from bench import mcp_rounds, passthrough
 
 
 def main() -> None:
     passthrough.print_table(passthrough.measure(requests=2000, latency_ms=20.0))
+    print()
+    mcp_rounds.print_table(mcp_rounds.measure(requests=300, model_latency_ms=20.0, tool_latency_ms=20.0))
 
 
 if __name__ == "__main__":

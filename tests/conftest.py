@@ -13,8 +13,9 @@ import pytest
 
 from tests.support.contas import RunningContas
 from tests.support.gateway import RunningGateway, base_config, write_config
+from tests.support.leak_scanner import secret_scanner  # noqa: F401  (fixture: scans for leaked secret values)
+from tests.support.mcp_servers import McpTestServer
 from tests.support.scripted_llm import ScriptedLLM
-from tests.support.secrets import secret_scanner  # noqa: F401  (fixture: scans for leaked secret values)
 
 PG_URL = os.environ.get("HATCHWAY_TEST_DATABASE_URL")
 REDIS_URL = os.environ.get("HATCHWAY_TEST_REDIS_URL")
@@ -95,3 +96,20 @@ def contas() -> Iterator[RunningContas]:
 @pytest.fixture
 def gateway(gateway_factory: GatewayFactory) -> RunningGateway:
     return gateway_factory()
+
+
+@pytest.fixture
+def mcp_server_factory() -> Iterator[Callable[..., McpTestServer]]:
+    """``mcp_server_factory(name, transport=…, required_bearer=…)`` starts an SDK-built MCP server
+    with the standard tools (see tests/support/mcp_servers.py). Request it before ``gateway_factory``
+    so the gateway closes its sessions before the servers stop."""
+    started: list[McpTestServer] = []
+
+    def make(name: str = "test", **kwargs: Any) -> McpTestServer:
+        server = McpTestServer(name, **kwargs).with_standard_tools().start()
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        server.stop()

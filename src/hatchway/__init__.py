@@ -2,6 +2,7 @@
 
 from hatchway.api.app import create_app
 from hatchway.config.agents import PoliciesFile, ToolsFile
+from hatchway.config.plugin import McpServerConfig, PluginConfig, load_plugin
 from hatchway.config.settings import Settings, load_settings
 from hatchway.delegation import DelegationResult, DelegationSettings, adelegate, delegate
 from hatchway.engine.tools.operations.classify import OperationVerdict, classify_results
@@ -34,11 +35,13 @@ __all__ = [
     "Gateway",
     "HatchwayError",
     "InvalidRequest",
+    "McpServerConfig",
     "McpServerError",
     "ModelNotFound",
     "NotFound",
     "OperationVerdict",
     "PermissionDenied",
+    "PluginConfig",
     "PoliciesFile",
     "ProviderError",
     "ProviderStatusError",
@@ -54,5 +57,6 @@ __all__ = [
     "classify_results",
     "create_app",
     "delegate",
+    "load_plugin",
     "load_settings",
 ]

@@ -14,8 +14,10 @@ from hatchway.engine.loop import LoopSettings
 from hatchway.engine.providers.routing import ModelRouter, ResolvedModel
 from hatchway.engine.tools.base import Toolset
 from hatchway.engine.tools.mcp.auth import VaultCredentials
+from hatchway.engine.tools.mcp.binding import PluginBinding
 from hatchway.engine.tools.mcp.calls import McpToolCaller
 from hatchway.engine.tools.mcp.credentials import McpCredentials
+from hatchway.engine.tools.mcp.pool import McpServerPool
 from hatchway.engine.tools.operations.store import OperationStore
 from hatchway.engine.tools.subagents import contribute_subagents
 from hatchway.errors import Conflict, ModelNotFound, Unavailable
@@ -81,6 +83,8 @@ class Gateway:
         self.log_writer = LogWriter(self.db)
         self.vault = Vault(self.db, load_master_key(settings.master_key_file))
         self.models = ModelRouter(settings, secret_lookup=self.vault.system_secret)
+        self.mcp_pool = McpServerPool()
+        """Live MCP sessions, shared by every request; closed with the gateway."""
         self.mcp_credentials: McpCredentials = VaultCredentials(
             self.vault, self.cache, allow_private_hosts=settings.allow_private_mcp_urls
         )
@@ -91,8 +95,10 @@ class Gateway:
         )
         self.tasks = BackgroundTasks()
         """Background responses and live streams; cancelled (and recorded as interrupted) on close."""
-        self.plan_contributors: list[PlanContributor] = [contribute_subagents]
-        """Each feature appends one; ``plan_run`` calls them in order."""
+        self.plan_contributors: list[PlanContributor] = [PluginBinding(settings), contribute_subagents]
+        """Each feature appends one; ``plan_run`` calls them in order (the MCP plugin first: later
+        contributors may use ``plan.mcp``). Plugin files from hatchway.yaml are parsed here, so a
+        broken one stops the start (ConfigError)."""
         self.operations = OperationStore(self.db, lease_seconds=settings.operations.execution_lease_seconds)
         self.operation_callers: OperationCallerFactory | None = None
         """Set by the MCP feature: how ``operation_caller`` reaches an agent's servers."""
@@ -110,6 +116,7 @@ class Gateway:
 
     async def close(self) -> None:
         await self.tasks.close()
+        await self.mcp_pool.aclose()
         await self.log_writer.close()
         await self.models.aclose()
         await self.cache.close()

@@ -8,8 +8,8 @@ import httpx
 
 from hatchway.store.orgs import OrgStore
 from hatchway.vault import SYSTEM_ORG
+from tests.support.leak_scanner import SecretScanner
 from tests.support.scripted_llm import ScriptedLLM
-from tests.support.secrets import SecretScanner
 
 
 def _chat(gateway) -> httpx.Response:  # type: ignore[no-untyped-def]

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from tests.support.gateway import RunningGateway
-from tests.support.secrets import SecretScanner
+from tests.support.leak_scanner import SecretScanner
 
 
 class SecretsClient:

@@ -17,7 +17,7 @@ from hatchway.errors import DecryptionError
 from hatchway.store.db import Database
 from hatchway.store.orgs import OrgStore
 from hatchway.vault import Vault, load_master_key
-from tests.support.secrets import SecretScanner
+from tests.support.leak_scanner import SecretScanner
 
 HATCHWAY = [sys.executable, "-m", "hatchway"]
 

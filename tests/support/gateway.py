@@ -64,8 +64,9 @@ class RunningGateway:
         return self
 
     def stop(self) -> None:
-        for client in self._clients:  # their keep-alive sockets would otherwise leak into later tests
+        for client in self._clients:  # their keep-alive sockets would otherwise warn when collected
             client.close()
+        self._clients.clear()
         self.server.stop()
 
     def new_org(self, name: str | None = None) -> OrgKey:

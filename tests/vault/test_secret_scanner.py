@@ -12,7 +12,7 @@ from pathlib import Path
 from sqlalchemy import text
 
 from hatchway.store.db import Database
-from tests.support.secrets import SecretScanner
+from tests.support.leak_scanner import SecretScanner
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,7 +80,7 @@ def test_the_fixture_fails_a_test_that_logs_or_prints_a_watched_value(tmp_path: 
     (tmp_path / "test_leaky.py").write_text(_LEAKY_TESTS)
     args = [
         "-p",
-        "tests.support.secrets",
+        "tests.support.leak_scanner",
         "-c",
         os.devnull,
         "--rootdir",

@@ -16,7 +16,7 @@ from hatchway.vault import MasterKey, Vault, load_master_key, rotate_master_key
 from hatchway.vault.names import parse_ref
 from hatchway.vault.rotation import current_and_new_keys, pending_path
 from hatchway.vault.tables import VaultDataKey, VaultSecret
-from tests.support.secrets import SecretScanner
+from tests.support.leak_scanner import SecretScanner
 
 pytestmark = pytest.mark.anyio
 

@@ -6,8 +6,8 @@ from typing import Annotated
 
 import typer
 
-from hatchway.cli.app import DEFAULT_CONFIG, ConfigOption, app, fail, settings_from
-from hatchway.errors import HatchwayError
+from hatchway.cli.app import DEFAULT_CONFIG, ConfigOption, app, err_console, fail, settings_from
+from hatchway.errors import ConfigError, HatchwayError
 
 
 @app.command()
@@ -24,7 +24,10 @@ def serve(
 
     settings = settings_from(config)
     try:
-        asgi = create_app(settings)  # loads (or makes) the master key: a bad one stops here, no traceback
-    except HatchwayError as exc:
+        asgi_app = create_app(settings)  # loads plugins and the master key: bad ones stop here
+    except ConfigError as exc:  # a plugin file named in hatchway.yaml is broken
+        err_console.print(f"[bold red]error:[/] {exc.render()}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    except HatchwayError as exc:  # e.g. a master key that does not match
         raise fail(exc.message) from None
-    uvicorn.run(asgi, host=host, port=port, log_level=log_level, access_log=False)
+    uvicorn.run(asgi_app, host=host, port=port, log_level=log_level, access_log=False)

@@ -14,7 +14,13 @@ from typing import Any
 
 from hatchway.engine.context import RunContext
 from hatchway.engine.items import FunctionCall, FunctionCallOutput, Item, Message, Usage
-from hatchway.engine.providers.base import ModelRequest, ModelResponse, StreamDone, TextDelta
+from hatchway.engine.providers.base import (
+    ModelRequest,
+    ModelResponse,
+    StreamDone,
+    TextDelta,
+    ToolCallDelta,
+)
 from hatchway.engine.providers.routing import ResolvedModel
 from hatchway.engine.steps import (
     NextStep,
@@ -222,13 +228,18 @@ class AgentLoop:
         self, request: ModelRequest, ctx: RunContext
     ) -> AsyncIterator[TextDelta | StreamDone]:
         stream = self.model.provider.stream(request)
+        calling_tools = False
         try:
             while True:
                 try:
                     event = await _before_deadline(anext(stream), ctx)
                 except StopAsyncIteration:
                     return
-                if isinstance(event, TextDelta | StreamDone):
+                if isinstance(event, ToolCallDelta):
+                    # This round ends in tool calls, so its text is not the final answer: stop
+                    # streaming it (text already sent before the first call cannot be taken back).
+                    calling_tools = True
+                elif isinstance(event, StreamDone) or not calling_tools:
                     yield event
         finally:
             await stream.aclose()
@@ -311,7 +322,12 @@ class AgentLoop:
         self, calls: list[FunctionCall], ctx: RunContext, outcomes: dict[str, tuple[ToolResult, float]]
     ) -> None:
         tasks = {asyncio.create_task(self._timed_call(c, ctx)): c for c in calls}
-        done, pending = await asyncio.wait(tasks, timeout=max(ctx.remaining(), 0))
+        try:
+            done, pending = await asyncio.wait(tasks, timeout=max(ctx.remaining(), 0))
+        except asyncio.CancelledError:  # the caller went away (a streaming client disconnected)
+            for task in tasks:
+                task.cancel()
+            raise
         for task in done:
             outcomes[tasks[task].call_id] = task.result()
         if pending:

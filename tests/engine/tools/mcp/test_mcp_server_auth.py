@@ -21,8 +21,8 @@ from hatchway.store.cache import MemoryCache
 from hatchway.store.db import Database
 from hatchway.store.orgs import OrgStore
 from hatchway.vault import MasterKey, Vault
+from tests.support.leak_scanner import SecretScanner
 from tests.support.mcp_standin import Auth, Server, run_context
-from tests.support.secrets import SecretScanner
 from tests.support.servers import ServerThread
 from tests.support.token_endpoint import TokenEndpoint
 

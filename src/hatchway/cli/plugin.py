@@ -1,0 +1,60 @@
+"""``hatchway plugin check FILE``: validate a plugin YAML file and summarise it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hatchway.cli.app import app, err_console
+from hatchway.config.plugin import McpServerConfig, PluginConfig, load_plugin
+from hatchway.errors import ConfigError
+
+plugin_app = typer.Typer(help="MCP plugin files (plugin YAML v1).", no_args_is_help=True)
+app.add_typer(plugin_app, name="plugin")
+
+
+@plugin_app.command("check")
+def plugin_check(file: Annotated[Path, typer.Argument(help="The plugin YAML file.")]) -> None:
+    """Validate FILE: print "ok" and a summary, or every problem with its field path (exit 1)."""
+    try:
+        plugin = load_plugin(file)
+    except ConfigError as exc:
+        err_console.print(f"[bold red]error:[/] {exc.render()}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"ok: {file}")
+    for line in summary(plugin):
+        typer.echo(f"  {line}")
+
+
+def summary(plugin: PluginConfig) -> list[str]:
+    """One line per server, then the agent loop settings."""
+    lines = [f"mcp_servers: {len(plugin.mcp_servers)}"]
+    lines.extend(f"  {_server_line(s)}" for s in plugin.mcp_servers)
+    a = plugin.agent
+    lines.append(
+        f"agent: max_rounds {a.max_rounds}, stream_mode {a.stream_mode}, "
+        f"tool_call_parallel {str(a.tool_call_parallel).lower()}, "
+        f"tool_cache_ttl_seconds {a.tool_cache_ttl_seconds}"
+    )
+    return lines
+
+
+def _server_line(server: McpServerConfig) -> str:
+    tools = "*" if server.tools == "*" else ", ".join(server.tools)
+    auth = (
+        server.auth.type
+        if server.auth.secret_ref is None
+        else f"{server.auth.type} ({server.auth.secret_ref})"
+    )
+    parts = [
+        f"{server.id}: {server.kind} {server.target}",
+        f"auth {auth}",
+        f"tools {tools}",
+        f"timeout_ms {server.timeout_ms}",
+        f"max_retries {server.max_retries}",
+    ]
+    if server.forward_headers:
+        parts.append(f"forward_headers {', '.join(server.forward_headers)}")
+    return "; ".join(parts)

@@ -1,0 +1,247 @@
+"""Plugin YAML v1: the MCP servers a run may use and how its agent loop behaves (seed 004).
+
+```yaml
+version: "1"
+mcp_servers:
+  - id: pesquisa_web
+    url: "https://mcp.example.com/search"      # or command: + args: for a local stdio server
+    auth: {type: bearer, secret_ref: "secret.mcp_search_api_key"}
+    tools: [search_web, fetch_page]           # or "*"
+    forward_headers: ["x-tenant-id"]
+    timeout_ms: 5000
+    max_retries: 2
+agent: {max_rounds: 10, stream_mode: final_only, tool_call_parallel: true, tool_cache_ttl_seconds: 300}
+```
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
+
+from hatchway.config.loading import StrictModel, parse_yaml_text, validate_document
+from hatchway.engine.tools.mcp.forwarding import forward_header_problem
+from hatchway.errors import ConfigError
+
+SECRET_REF = re.compile(r"^secret\.[A-Za-z0-9_-]{1,64}$")
+SERVER_ID = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+
+class _PluginModel(StrictModel):
+    # Wrong types are errors, not coerced: "10" is not a max_rounds.
+    model_config = ConfigDict(strict=True)
+
+
+def _forwardable(name: str) -> str:
+    problem = forward_header_problem(name)
+    if problem is not None:
+        raise ValueError(problem)
+    return name
+
+
+class McpAuth(_PluginModel):
+    """How the gateway authenticates to one MCP server; secrets are named, never written here."""
+
+    type: Literal["none", "bearer", "api_key", "oauth"] = "none"
+    secret_ref: str | None = None
+    """``secret.<name>``: the vault entry (the token, the API key, or the OAuth client secret)."""
+    header: str = "X-Api-Key"
+    """The header that carries the key for ``type: api_key``."""
+    token_url: str | None = None
+    client_id: str | None = None
+    scopes: list[str] = Field(default_factory=list)
+
+    @field_validator("secret_ref")
+    @classmethod
+    def _secret_ref(cls, value: str | None) -> str | None:
+        if value is not None and not SECRET_REF.match(value):
+            raise ValueError(
+                "must be secret.<name>, the name made of letters, digits, '-' and '_' (at most 64), "
+                f"with no other '.', ':' or '/' (got {value!r})"
+            )
+        return value
+
+    @field_validator("token_url")
+    @classmethod
+    def _https(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https://[^/\s]+", value):
+            raise ValueError(f"must be https (got {value})")
+        return value
+
+    @field_validator("header")
+    @classmethod
+    def _header(cls, value: str) -> str:
+        if not _HEADER_NAME.match(value):
+            raise ValueError(f"not a valid header name (got {value!r})")
+        return value
+
+    @model_validator(mode="after")
+    def _complete(self) -> McpAuth:
+        if self.type in ("bearer", "api_key", "oauth") and self.secret_ref is None:
+            raise ValueError(f"secret_ref: required for auth type {self.type} (e.g. secret.my_key)")
+        if self.type == "oauth":
+            if self.token_url is None:
+                raise ValueError("token_url: required for auth type oauth (an https token endpoint)")
+            if not self.client_id:
+                raise ValueError("client_id: required for auth type oauth")
+        elif self.token_url is not None or self.client_id is not None or self.scopes:
+            raise ValueError("token_url: token_url, client_id and scopes only apply to auth type oauth")
+        if self.type == "none" and self.secret_ref is not None:
+            raise ValueError("secret_ref: not used with auth type none; set type to bearer, api_key or oauth")
+        return self
+
+
+class McpServerConfig(_PluginModel):
+    """One MCP server: a URL (streamable HTTP or SSE) or a local command (stdio)."""
+
+    id: Annotated[str, Field(pattern=SERVER_ID)]
+    url: str | None = None
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    transport: Literal["streamable_http", "sse"] | None = None
+    """For ``url`` servers; streamable HTTP when omitted."""
+    auth: McpAuth = Field(default_factory=McpAuth)
+    tools: list[Annotated[str, Field(min_length=1)]] | Literal["*"] = "*"
+    """The tools exposed to the model; ``"*"`` exposes every tool of the server."""
+    forward_headers: list[Annotated[str, AfterValidator(_forwardable)]] = Field(default_factory=list)
+    timeout_ms: Annotated[int, Field(ge=1, le=600_000)] = 10_000
+    max_retries: Annotated[int, Field(ge=0, le=10)] = 2
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]+\S*$", value):
+            raise ValueError(f"must be an http(s) URL such as https://mcp.example.com/mcp (got {value!r})")
+        return value
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _tools(cls, value: Any) -> Any:
+        if isinstance(value, str) and value != "*":
+            raise ValueError(f'must be a list of tool names or "*" (got {value!r})')
+        return value
+
+    @model_validator(mode="after")
+    def _shape(self) -> McpServerConfig:
+        if (self.url is None) == (self.command is None):
+            raise ValueError("url: give exactly one of url (HTTP) or command (stdio)")
+        if self.command is not None:
+            if self.transport is not None:
+                raise ValueError("transport: only for url servers; a command server speaks stdio")
+            if self.auth.type != "none":
+                raise ValueError("auth.type: stdio servers (command) take no HTTP auth; use type none")
+            if self.forward_headers:
+                raise ValueError("forward_headers: stdio servers (command) receive no HTTP headers")
+        elif self.args:
+            raise ValueError("args: only for command (stdio) servers")
+        seen: set[str] = set()
+        for i, name in enumerate(self.forward_headers):
+            if name.lower() in seen:
+                raise ValueError(f"forward_headers[{i}]: {name!r} is listed twice")
+            if self.auth.type == "api_key" and name.lower() == self.auth.header.lower():
+                raise ValueError(
+                    f"forward_headers[{i}]: {name!r} carries this server's API key (auth.header); "
+                    "it cannot be forwarded"
+                )
+            seen.add(name.lower())
+        return self
+
+    @property
+    def kind(self) -> Literal["streamable_http", "sse", "stdio"]:
+        """The transport actually used."""
+        if self.command is not None:
+            return "stdio"
+        return self.transport or "streamable_http"
+
+    @property
+    def target(self) -> str:
+        """Where the server is: its URL, or its command line."""
+        return self.url if self.url is not None else " ".join([self.command or "", *self.args])
+
+    def exposes(self, tool: str) -> bool:
+        """Whether the allowlist lets the model see ``tool``."""
+        return self.tools == "*" or tool in self.tools
+
+
+class PluginAgentConfig(_PluginModel):
+    """The agent loop settings of a plugin."""
+
+    max_rounds: Annotated[int, Field(ge=1, le=100)] = 10
+    stream_mode: Literal["final_only", "disabled"] = "final_only"
+    tool_call_parallel: bool = True
+    tool_cache_ttl_seconds: Annotated[int, Field(ge=0, le=86_400)] = 0
+    prompt_guard_on_tool_output: bool = False
+    """Accepted for compatibility; currently a no-op (as in the seed)."""
+
+
+class PluginConfig(_PluginModel):
+    """A whole plugin file (version 1)."""
+
+    version: Literal["1"]
+    mcp_servers: list[McpServerConfig] = Field(default_factory=list)
+    agent: PluginAgentConfig = Field(default_factory=PluginAgentConfig)
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version(cls, value: Any) -> Any:
+        return "1" if value == 1 and not isinstance(value, bool) else value
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> PluginConfig:
+        seen: set[str] = set()
+        for i, server in enumerate(self.mcp_servers):
+            if server.id in seen:
+                raise ValueError(f"mcp_servers[{i}].id: duplicate server id {server.id!r}")
+            seen.add(server.id)
+        return self
+
+    def server(self, server_id: str) -> McpServerConfig | None:
+        return next((s for s in self.mcp_servers if s.id == server_id), None)
+
+
+def load_plugin(path: str | Path) -> PluginConfig:
+    """Read and validate a plugin file; ConfigError names the file and each field path."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(str(path), [("", f"cannot read the file ({exc.strerror})")]) from None
+    return parse_plugin(text, str(path))
+
+
+def parse_plugin(text: str, source: str) -> PluginConfig:
+    """Validate plugin YAML given as text (``source`` names it in errors)."""
+    return validate_plugin(parse_yaml_text(text, source), source)
+
+
+def validate_plugin(data: Any, source: str) -> PluginConfig:
+    """Validate parsed plugin data, reporting every problem at once (duplicate ids included)."""
+    try:
+        return validate_document(PluginConfig, data, source)
+    except ConfigError as exc:
+        known = {path for path, _ in exc.problems}
+        extra = [p for p in _duplicate_ids(data) if p[0] not in known]
+        if not extra:
+            raise
+        raise ConfigError(source, [*exc.problems, *extra]) from None
+
+
+def _duplicate_ids(data: Any) -> list[tuple[str, str]]:
+    # The model validator only runs once every server is valid; a file with other mistakes
+    # still deserves to hear about its duplicate ids in the same report.
+    servers = data.get("mcp_servers") if isinstance(data, dict) else None
+    if not isinstance(servers, list):
+        return []
+    seen: set[str] = set()
+    problems = []
+    for i, server in enumerate(servers):
+        server_id = server.get("id") if isinstance(server, dict) else None
+        if isinstance(server_id, str):
+            if server_id in seen:
+                problems.append((f"mcp_servers[{i}].id", f"duplicate server id {server_id!r}"))
+            seen.add(server_id)
+    return problems

@@ -1,0 +1,199 @@
+"""Binding an MCP plugin to a run: from an agent, a routing rule, or the inline request header.
+
+``PluginBinding`` is the plan contributor (``Gateway.plan_contributors``). Plugin files named in
+hatchway.yaml are parsed once, when the gateway is built (a broken one stops the start with the
+file and the field path); inline plugins are parsed per distinct header value and cached by hash.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import fnmatch
+import hashlib
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import yaml
+
+from hatchway.config.plugin import PluginConfig, load_plugin, parse_plugin
+from hatchway.config.settings import Settings
+from hatchway.engine.context import RunContext
+from hatchway.engine.tools.mcp.egress import check_egress
+from hatchway.engine.tools.mcp.forwarding import forwarded_headers
+from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
+from hatchway.engine.tools.mcp.toolset import McpToolset
+from hatchway.errors import ConfigError, InvalidRequest, PermissionDenied
+
+if TYPE_CHECKING:
+    from hatchway.gateway import Gateway, RunPlan
+
+PLUGIN_HEADER = "hatchway-mcp-plugin"
+PLUGIN_HEADER_ALIASES = ("floopy-mcp-plugin",)
+"""Accepted for teams migrating from Floopy."""
+MAX_INLINE_PLUGIN_BYTES = 32 * 1024
+_INLINE_CACHE_SIZE = 256
+
+
+@dataclass(frozen=True, slots=True)
+class BoundPlugin:
+    plugin: PluginConfig
+    source: str
+    """``agent:<name>``, ``rule:<name>`` or ``inline``."""
+    trusted: bool
+    header: str | None = None
+
+
+class PluginBinding:
+    """Plan contributor: finds the request's plugin and binds its MCP tools and loop settings."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._files: dict[Path, PluginConfig] = {}
+        self._rules = [
+            (rule, self._load(settings, rule.plugin, f"routing_rules[{i}].plugin"))
+            for i, rule in enumerate(settings.routing_rules)
+        ]
+        self._agents = {
+            agent.name: self._load(settings, agent.plugin, f"agents[{i}].plugin")
+            for i, agent in enumerate(settings.agents)
+            if agent.plugin
+        }
+        self._inline: OrderedDict[str, PluginConfig] = OrderedDict()
+
+    def _load(self, settings: Settings, name: str, field: str) -> PluginConfig:
+        path = settings.resolve_path(name)
+        if path not in self._files:
+            try:
+                self._files[path] = load_plugin(path)
+            except ConfigError as exc:
+                raise ConfigError(f"{path} (from hatchway.yaml {field})", exc.problems) from None
+        return self._files[path]
+
+    async def __call__(self, gw: Gateway, plan: RunPlan, ctx: RunContext, headers: Mapping[str, str]) -> None:
+        bound = self.select(plan, headers)
+        if bound is None:
+            return
+        allow_private = gw.settings.allow_private_mcp_urls
+        if not bound.trusted:
+            await _check_untrusted(bound, allow_private=allow_private)
+        for server in bound.plugin.mcp_servers:
+            forwarded_headers(server.forward_headers, ctx.request_headers)  # CR/LF values → 400 now
+            await gw.mcp_credentials.authorize(server, ctx, trusted=bound.trusted)
+        client = PluginMcpClient(
+            bound.plugin,
+            trusted=bound.trusted,
+            pool=gw.mcp_pool,
+            credentials=gw.mcp_credentials,
+            guard_egress=not bound.trusted and not allow_private,
+        )
+        agent = bound.plugin.agent
+        plan.toolsets.append(
+            McpToolset(client, cache=gw.cache, cache_ttl_seconds=agent.tool_cache_ttl_seconds)
+        )
+        plan.mcp = client
+        plan.loop = dataclasses.replace(
+            plan.loop, max_rounds=agent.max_rounds, tool_call_parallel=agent.tool_call_parallel
+        )
+        plan.stream_mode = agent.stream_mode
+        plan.plugin_source = bound.source
+
+    def select(self, plan: RunPlan, headers: Mapping[str, str]) -> BoundPlugin | None:
+        """The plugin for this request: the agent's own, else the inline header, else a routing rule."""
+        header, value = _inline_header(headers)
+        if plan.agent is not None and plan.agent.name in self._agents:
+            if header is not None:
+                raise InvalidRequest(
+                    f"{header}: the agent '{plan.agent.name}' has its own plugin; do not send this header "
+                    "with it",
+                    param=header,
+                    code="invalid_plugin",
+                )
+            return BoundPlugin(self._agents[plan.agent.name], f"agent:{plan.agent.name}", trusted=True)
+        if header is not None and value is not None:
+            return BoundPlugin(self.inline(header, value), "inline", trusted=False, header=header)
+        for rule, plugin in self._rules:
+            if fnmatch.fnmatchcase(plan.public_model, rule.match.model):
+                return BoundPlugin(plugin, f"rule:{rule.name}", trusted=True)
+        return None
+
+    def inline(self, header: str, value: str) -> PluginConfig:
+        """Decode and validate an inline plugin (cached by the hash of the header value)."""
+        digest = hashlib.sha256(value.encode()).hexdigest()
+        cached = self._inline.get(digest)
+        if cached is not None:
+            self._inline.move_to_end(digest)
+            return cached
+        plugin = decode_inline_plugin(header, value)
+        self._inline[digest] = plugin
+        if len(self._inline) > _INLINE_CACHE_SIZE:
+            self._inline.popitem(last=False)
+        return plugin
+
+
+def _inline_header(headers: Mapping[str, str]) -> tuple[str | None, str | None]:
+    for name in (PLUGIN_HEADER, *PLUGIN_HEADER_ALIASES):
+        value = headers.get(name)
+        if value is not None:
+            return name, value
+    return None, None
+
+
+def decode_inline_plugin(header: str, value: str) -> PluginConfig:
+    """base64 → YAML → PluginConfig; every failure is a 400 that names the header (and the field)."""
+
+    def bad(message: str) -> InvalidRequest:
+        return InvalidRequest(f"{header}: {message}", param=header, code="invalid_plugin")
+
+    raw = "".join(value.split())
+    if not raw:
+        raise bad("empty; send the plugin YAML encoded in base64")
+    if len(raw) > MAX_INLINE_PLUGIN_BYTES * 4 // 3 + 4:
+        raise bad(f"too large (at most {MAX_INLINE_PLUGIN_BYTES} bytes of YAML)")
+    compact = raw.translate(_URLSAFE)  # the URL-safe alphabet is accepted too
+    try:
+        text = base64.b64decode(compact + "=" * (-len(compact) % 4), validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        raise bad("not valid base64-encoded UTF-8 YAML") from None
+    if _has_aliases(text):
+        raise bad("YAML anchors and aliases (&name / *name) are not allowed in inline plugins")
+    try:
+        return parse_plugin(text, f"{header} header")
+    except ConfigError as exc:
+        raise InvalidRequest(exc.message, param=header, code="invalid_plugin") from None
+
+
+_URLSAFE = str.maketrans("-_", "+/")
+
+
+def _has_aliases(text: str) -> bool:
+    # YAML aliases let a few hundred bytes expand into an exponential structure to validate.
+    try:
+        return any(isinstance(e, yaml.AliasEvent) for e in yaml.parse(text, Loader=yaml.SafeLoader))
+    except yaml.YAMLError:
+        return False  # parse_plugin reports the syntax error with its line and column
+
+
+async def _check_untrusted(bound: BoundPlugin, *, allow_private: bool) -> None:
+    """Inline plugins come from API callers: no stdio commands, no private or metadata addresses."""
+    header = bound.header or PLUGIN_HEADER
+    for i, server in enumerate(bound.plugin.mcp_servers):
+        if server.kind == "stdio":
+            raise PermissionDenied(
+                f"{header}: mcp_servers[{i}].command: stdio servers run a local command and are only "
+                "allowed in plugins from hatchway.yaml",
+                param=header,
+                code="egress_denied",
+            )
+        for field, url in (("url", server.url), ("auth.token_url", server.auth.token_url)):
+            if url is None:
+                continue
+            try:
+                await check_egress(url, allow_private=allow_private)
+            except PermissionDenied as exc:
+                raise PermissionDenied(
+                    f"{header}: mcp_servers[{i}].{field}: {exc.message}", param=header, code=exc.code
+                ) from None

@@ -1,0 +1,261 @@
+"""One live MCP session to one server, owned by a background task and shared by every call.
+
+The SDK's ``Client`` is an async context manager whose task groups must be entered and left by the
+same task, and whose transport failures cancel that task. So each connection runs the client in a
+task of its own: callers on any request's task send through ``session`` and are never cancelled by
+a transport that dies; they see it as ``lost`` instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import httpx2
+import mcp_types as types
+from mcp import Client
+from mcp.client.sse import sse_client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from hatchway.config.plugin import McpServerConfig
+from hatchway.engine.tools.mcp.http import RequestScope, scoped_http_client
+from hatchway.errors import McpServerError
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_CLIENT_INFO = types.Implementation(name="hatchway", version="0.1.0")
+_CLOSE_GRACE_SECONDS = 5.0
+_MAX_TOOL_PAGES = 50
+
+
+class ConnectionLost(Exception):
+    """The session ended (transport failure, server gone) while a call was waiting on it."""
+
+
+class ToolListing:
+    """A server's cached ``tools/list``: kept across reconnects, dropped on change or expiry.
+
+    It outlives any one session on purpose: a server that is briefly unreachable keeps its tools
+    in front of the model, whose calls then get a readable error instead of vanishing tools.
+    """
+
+    def __init__(self, ttl_seconds: float) -> None:
+        self.ttl_seconds = ttl_seconds
+        self.lock = asyncio.Lock()
+        self._tools: list[types.Tool] | None = None
+        self._fetched = 0.0
+
+    def fresh(self) -> list[types.Tool] | None:
+        if self._tools is not None and time.monotonic() - self._fetched < self.ttl_seconds:
+            return self._tools
+        return None
+
+    def store(self, tools: list[types.Tool]) -> None:
+        self._tools, self._fetched = tools, time.monotonic()
+
+    def forget(self) -> None:
+        self._tools = None
+
+
+class McpConnection:
+    """A client session to one MCP server, sharing the server's ``ToolListing``."""
+
+    def __init__(self, server: McpServerConfig, listing: ToolListing, *, guard: bool) -> None:
+        self.server = server
+        self.listing = listing
+        self.guard = guard
+        """Check and pin every address this session connects to (servers from inline plugins)."""
+        self.lost = asyncio.Event()
+        """Set once the session has ended; the pool then replaces the connection."""
+        self._client: Client | None = None
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._ready: asyncio.Future[None] | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start connecting in the background task; ``ready()`` waits for the outcome.
+
+        The task starts in a copy of the caller's context, so the handshake and the session's own
+        background requests carry the headers of the call that opened it.
+        """
+        loop = asyncio.get_running_loop()
+        self._ready = loop.create_future()
+        context = contextvars.copy_context()
+        self._task = loop.create_task(self._own(self._ready), name=f"mcp:{self.server.id}", context=context)
+
+    async def ready(self) -> None:
+        """Wait until the session is usable; raises McpServerError when connecting failed."""
+        assert self._ready is not None, "start() first"
+        # A caller that times out stops waiting; the connection keeps opening for the next one.
+        await asyncio.shield(self._ready)
+
+    @property
+    def client(self) -> Client:
+        """The SDK client of this session; ConnectionLost once it has ended."""
+        if self._client is None or self.lost.is_set():
+            raise ConnectionLost(f"{self.server.id}: the session has ended")
+        return self._client
+
+    @property
+    def protocol_version(self) -> str | None:
+        return self._client.protocol_version if self._client is not None else None
+
+    async def close(self) -> None:
+        """End the session and wait (briefly) for its task."""
+        self._stop.set()
+        task = self._task
+        if task is None or task.done():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(task), _CLOSE_GRACE_SECONDS)
+        except TimeoutError:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+    async def _own(self, ready: asyncio.Future[None]) -> None:
+        http = scoped_http_client(guard=self.guard) if self.server.kind == "streamable_http" else None
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                client = Client(
+                    self._transport(http),
+                    mode="auto",
+                    cache=None,
+                    client_info=_CLIENT_INFO,
+                    message_handler=self._on_message,
+                )
+                # A server that accepts the connection but never answers must not leave a
+                # half-open session that every later call waits on.
+                async with asyncio.timeout(self.server.timeout_ms / 1000):
+                    await stack.enter_async_context(client)
+                self._client = client
+                ready.set_result(None)
+                await self._serve(client)
+        except BaseException as exc:  # the transport's task groups raise groups; all mean "gone"
+            if not ready.done():
+                ready.set_exception(
+                    McpServerError(
+                        f"{self.server.id}: cannot connect ({_describe(exc)})",
+                        code="mcp_unreachable",
+                        transient=True,
+                    )
+                )
+            elif not self._stop.is_set():
+                logger.info("MCP session to %s ended: %s", self.server.id, _describe(exc))
+        finally:
+            self.lost.set()
+            self._client = None
+            if http is not None:  # the SDK closes only the clients it created itself
+                with contextlib.suppress(Exception):
+                    await http.aclose()
+
+    async def _serve(self, client: Client) -> None:
+        """Wait for close; meanwhile follow ``tools/list_changed`` on modern sessions."""
+        caps = client.server_capabilities.tools
+        if client.protocol_version in MODERN_PROTOCOL_VERSIONS and caps is not None and caps.list_changed:
+            listener = asyncio.create_task(self._listen(client))
+            try:
+                await self._stop.wait()
+            finally:
+                listener.cancel()
+                with contextlib.suppress(BaseException):
+                    await listener
+        else:
+            await self._stop.wait()
+
+    async def _listen(self, client: Client) -> None:
+        # 2026-era servers deliver change notifications only on a subscriptions/listen stream.
+        try:
+            async with client.listen(tools_list_changed=True) as subscription:
+                async for _event in subscription:
+                    self.listing.forget()
+        except Exception as exc:  # no subscription: the listing still expires on its TTL
+            logger.debug("MCP %s: no tools/list_changed subscription (%s)", self.server.id, _describe(exc))
+
+    async def _on_message(self, message: Any) -> None:
+        # Handshake-era servers push notifications/tools/list_changed on the session's stream.
+        if isinstance(message, types.ToolListChangedNotification):
+            self.listing.forget()
+
+    def _transport(self, http: httpx2.AsyncClient | None) -> Any:
+        server = self.server
+        if server.kind == "stdio":
+            return stdio_client(StdioServerParameters(command=server.command or "", args=list(server.args)))
+        assert server.url is not None
+        if server.kind == "sse":
+            return sse_client(server.url, httpx_client_factory=self._sse_http_client)
+        return streamable_http_client(server.url, http_client=http)
+
+    def _sse_http_client(
+        self, headers: Any = None, timeout: Any = None, auth: Any = None
+    ) -> httpx2.AsyncClient:
+        client = scoped_http_client(guard=self.guard)
+        if headers:
+            client.headers.update(headers)
+        if timeout is not None:
+            client.timeout = timeout
+        return client
+
+    # -- calls -----------------------------------------------------------------------------------
+
+    async def run(self, operation: Callable[[Client], Awaitable[T]], scope: RequestScope) -> T:
+        """Run ``operation`` on the session; stop waiting when the session or its HTTP request fails."""
+        call = asyncio.ensure_future(operation(self.client))
+        lost = asyncio.ensure_future(self.lost.wait())
+        failed = asyncio.ensure_future(scope.failed.wait())
+        try:
+            await asyncio.wait({call, lost, failed}, return_when=asyncio.FIRST_COMPLETED)
+            if call.done():
+                return call.result()
+            if failed.done():
+                # Give the SDK a moment to deliver the error it derives from the same response.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(call), 0.05)
+                if call.done():
+                    return call.result()
+                raise ConnectionLost(f"{self.server.id}: the request failed")
+            raise ConnectionLost(f"{self.server.id}: the session ended during the call")
+        finally:
+            for task in (call, lost, failed):
+                if not task.done():
+                    task.cancel()
+            await asyncio.gather(call, lost, failed, return_exceptions=True)
+
+    async def tools(self, scope: RequestScope) -> list[types.Tool]:
+        """The server's tools, from the shared listing while it is fresh."""
+        async with self.listing.lock:
+            tools = self.listing.fresh()
+            if tools is None:
+                tools = await self.run(_list_all_tools, scope)
+                self.listing.store(tools)
+            return tools
+
+
+async def _list_all_tools(client: Client) -> list[types.Tool]:
+    tools: list[types.Tool] = []
+    cursor: str | None = None
+    for _ in range(_MAX_TOOL_PAGES):
+        page = await client.list_tools(cursor=cursor)
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    return tools
+
+
+def _describe(exc: BaseException) -> str:
+    """The innermost meaningful message of a (possibly grouped) exception."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

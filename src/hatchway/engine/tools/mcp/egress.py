@@ -1,0 +1,87 @@
+"""Egress safety: URLs supplied by callers may not reach the gateway's own network.
+
+Plugins sent inline in a request header are written by API callers, not operators; without this
+check one could point an "MCP server" at ``http://169.254.169.254/`` or an internal admin port and
+have the gateway make the request. Servers from hatchway.yaml are trusted and not checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from urllib.parse import urlsplit
+
+from hatchway.errors import PermissionDenied
+
+IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+# Cloud metadata endpoints outside the ranges the ipaddress flags already cover
+# (169.254.169.254 is link-local; fd00:ec2::254 is private).
+_METADATA_NETWORKS = (
+    ipaddress.ip_network("100.64.0.0/10"),  # shared address space: Alibaba Cloud metadata 100.100.100.200
+    ipaddress.ip_network("192.0.0.0/24"),  # IETF protocol assignments (Oracle Cloud 192.0.0.192)
+)
+
+_ALLOW_HINT = "set allow_private_mcp_urls: true in hatchway.yaml to allow it on a trusted network"
+
+
+def forbidden_reason(address: IpAddress) -> str | None:
+    """Why ``address`` may not be reached by an untrusted URL, or None when it may."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return forbidden_reason(address.ipv4_mapped)
+    if address.is_loopback:
+        return "loopback"
+    if address.is_unspecified:
+        return "unspecified"
+    if address.is_link_local:
+        return "link-local (cloud metadata)"
+    if any(address in net for net in _METADATA_NETWORKS if net.version == address.version):
+        return "metadata"
+    if address.is_multicast or address.is_reserved:
+        return "reserved"
+    if address.is_private:
+        return "private"
+    return None
+
+
+async def resolve_host(host: str, port: int) -> list[IpAddress]:
+    """Every address ``host`` resolves to (an IP literal resolves to itself)."""
+    try:
+        return [ipaddress.ip_address(host)]
+    except ValueError:
+        pass
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [ipaddress.ip_address(info[4][0].split("%", 1)[0]) for info in infos]
+
+
+async def check_egress(url: str, *, allow_private: bool) -> None:
+    """Raise PermissionDenied unless ``url`` may be reached on behalf of an untrusted caller.
+
+    The host name is resolved and every address it resolves to is checked: one private address is
+    enough to refuse (a name with a public and a private record could be steered to either).
+    """
+    parts = urlsplit(url)
+    host = parts.hostname
+    if parts.scheme not in ("http", "https") or not host:
+        raise PermissionDenied(f"{url}: only http(s) URLs with a host may be used", code="egress_denied")
+    if allow_private:
+        return
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        addresses = await resolve_host(host, port)
+    except OSError as exc:
+        raise PermissionDenied(
+            f"{url}: the host {host} could not be resolved ({exc.strerror or exc}), so it cannot be checked",
+            code="egress_denied",
+        ) from None
+    for address in addresses:
+        reason = forbidden_reason(address)
+        if reason is not None:
+            shown = host if host == str(address) else f"{host} ({address})"
+            raise PermissionDenied(
+                f"{url}: {shown} is a {reason} address, which plugins sent in a request may not reach; "
+                + _ALLOW_HINT,
+                code="egress_denied",
+            )

@@ -1,0 +1,152 @@
+"""Per-call HTTP headers and outcomes on long-lived MCP sessions.
+
+An MCP session outlives any one request, but its credentials and forwarded headers belong to the
+call being made. The SDK sends each message's HTTP request in the context of the task that sent
+the message, so the caller sets a ``RequestScope`` in a ContextVar and ``ScopedTransport`` (under
+the SDK's httpx2 client) adds the scope's headers to the request and records what happened: the
+status, or the transport error. That record is how a 401 or a 503 is told apart from a tool error,
+which the SDK would otherwise report alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+import httpx2
+
+from hatchway.engine.tools.mcp.egress import IpAddress, forbidden_reason, resolve_host
+
+Resolver = Callable[[str, int], Awaitable[list[IpAddress]]]
+
+# Headers the MCP transport sets itself; a scope never overrides them.
+_TRANSPORT_HEADERS = frozenset(
+    {
+        "accept",
+        "content-type",
+        "content-length",
+        "host",
+        "mcp-session-id",
+        "mcp-protocol-version",
+        "last-event-id",
+    }
+)
+_FAILURE_STATUSES = frozenset({401, 403, 404})
+
+
+@dataclass
+class RequestScope:
+    """The headers for, and the HTTP outcome of, the MCP requests made within one call."""
+
+    headers: dict[str, str] = field(default_factory=dict)
+    status: int | None = None
+    """The status of the last HTTP response seen in this scope."""
+    error: Exception | None = None
+    """The transport error (connect, read…) of the last request that failed before any response."""
+    failed: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set on a transport error, a 5xx or a 401/403/404: the answer will not come."""
+
+    def record(self, status: int) -> None:
+        self.status = status
+        if status >= 500 or status in _FAILURE_STATUSES:
+            self.failed.set()
+
+    def fail(self, error: Exception) -> None:
+        self.error = error
+        self.failed.set()
+
+
+_current: ContextVar[RequestScope | None] = ContextVar("hatchway_mcp_request_scope", default=None)
+
+
+@contextmanager
+def request_scope(headers: dict[str, str]) -> Iterator[RequestScope]:
+    """Make ``headers`` apply to every MCP request sent from this task until the block ends."""
+    scope = RequestScope(headers=dict(headers))
+    token = _current.set(scope)
+    try:
+        yield scope
+    finally:
+        _current.reset(token)
+
+
+def current_scope() -> RequestScope | None:
+    return _current.get()
+
+
+class EgressDenied(httpx2.ConnectError):
+    """An untrusted server's host resolved to an address the gateway may not reach."""
+
+
+class ScopedTransport(httpx2.AsyncBaseTransport):
+    """Adds the current scope's headers to each request and records its outcome in the scope.
+
+    With ``guard`` (servers from inline plugins) every host is resolved once, each address is
+    checked, and the connection is pinned to a checked address (TLS still verifies the name), so
+    a DNS answer that changes after the check (rebinding) cannot steer the session inwards.
+    """
+
+    def __init__(
+        self, inner: httpx2.AsyncBaseTransport, *, guard: bool = False, resolver: Resolver = resolve_host
+    ) -> None:
+        self._inner = inner
+        self._guard = guard
+        self._resolve = resolver
+        self._pinned: dict[tuple[str, int], str] = {}
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        scope = _current.get()
+        if scope is not None:
+            for name, value in scope.headers.items():
+                if name.lower() not in _TRANSPORT_HEADERS:
+                    request.headers[name] = value
+        try:
+            if self._guard:
+                await self._pin(request)
+            response = await self._inner.handle_async_request(request)
+        except Exception as exc:
+            if scope is not None:
+                scope.fail(exc)
+            raise
+        if scope is not None:
+            scope.record(response.status_code)
+        return response
+
+    async def _pin(self, request: httpx2.Request) -> None:
+        host = request.url.host
+        port = request.url.port or (443 if request.url.scheme == "https" else 80)
+        address = self._pinned.get((host, port))
+        if address is None:
+            try:
+                addresses = await self._resolve(host, port)
+            except OSError as exc:
+                raise httpx2.ConnectError(f"cannot resolve {host}: {exc}", request=request) from None
+            for candidate in addresses:
+                reason = forbidden_reason(candidate)
+                if reason is not None:
+                    raise EgressDenied(f"{host} resolves to a {reason} address", request=request)
+            address = self._pinned[(host, port)] = str(addresses[0])
+        if address != host:
+            if request.url.scheme == "https":
+                request.extensions = {**request.extensions, "sni_hostname": host}
+            request.url = request.url.copy_with(host=address)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def scoped_http_client(*, guard: bool = False) -> httpx2.AsyncClient:
+    """The httpx2 client one MCP connection uses: scoped headers, no redirect following.
+
+    The SDK follows same-origin redirects itself and refuses the rest; the read timeout is long
+    because a server may hold an event stream open (per-call time limits are enforced above).
+    """
+    return httpx2.AsyncClient(
+        transport=ScopedTransport(httpx2.AsyncHTTPTransport(trust_env=False), guard=guard),
+        timeout=httpx2.Timeout(30.0, read=300.0),
+        follow_redirects=False,
+        trust_env=False,
+    )

@@ -1,0 +1,230 @@
+"""The MCP client of one plugin bound to one run: sessions from the pool, credentials, forwarded
+headers, per-server timeouts and retries. It is ``RunPlan.mcp`` (``McpToolCaller``), so operations
+call validators and tools with exactly the behaviour the loop's own calls get.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import mcp_types as types
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+from hatchway.config.plugin import McpServerConfig, PluginConfig
+from hatchway.engine.context import RunContext
+from hatchway.engine.tools.mcp.calls import McpCallResult
+from hatchway.engine.tools.mcp.connection import ConnectionLost, McpConnection
+from hatchway.engine.tools.mcp.credentials import McpCredentials
+from hatchway.engine.tools.mcp.forwarding import forwarded_headers
+from hatchway.engine.tools.mcp.http import EgressDenied, RequestScope, request_scope
+from hatchway.engine.tools.mcp.pool import McpServerPool
+from hatchway.engine.tools.mcp.results import to_call_result
+from hatchway.errors import HatchwayError, McpServerError, ToolError, ToolTimeout
+
+T = TypeVar("T")
+Operation = Callable[[McpConnection, RequestScope], Awaitable[T]]
+
+_MAX_BACKOFF_SECONDS = 2.0
+
+
+@dataclass(slots=True)
+class CallOutcome:
+    """One logical tool call after its retries: a result (maybe the tool's own error) or a failure."""
+
+    result: McpCallResult | None
+    error: ToolError | None
+    retries: int
+
+
+class _Unauthorized(Exception):
+    """The server answered 401: the credentials are refreshed and the attempt repeated once."""
+
+
+class _Failed(Exception):
+    def __init__(self, error: ToolError, retries: int) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.retries = retries
+
+
+class PluginMcpClient:
+    """Calls the servers of one plugin for one run; satisfies ``McpToolCaller``."""
+
+    def __init__(
+        self,
+        plugin: PluginConfig,
+        *,
+        trusted: bool,
+        pool: McpServerPool,
+        credentials: McpCredentials,
+        guard_egress: bool = False,
+        backoff_seconds: float = 0.1,
+    ) -> None:
+        self.plugin = plugin
+        self.trusted = trusted
+        """True for plugins from hatchway.yaml, False for inline ones (passed to the credentials)."""
+        self.pool = pool
+        self.credentials = credentials
+        self.guard_egress = guard_egress
+        """Refuse (and pin) addresses at connect time too: inline plugins without allow_private."""
+        self.backoff_seconds = backoff_seconds
+
+    def has_server(self, server_id: str) -> bool:
+        return self.plugin.server(server_id) is not None
+
+    def server(self, server_id: str) -> McpServerConfig:
+        server = self.plugin.server(server_id)
+        if server is None:
+            raise McpServerError(f"the bound plugin has no MCP server '{server_id}'", code="unknown_server")
+        return server
+
+    async def list_tools(self, server: McpServerConfig, ctx: RunContext) -> list[types.Tool]:
+        """The server's tools (all of them; the toolset applies the allowlist)."""
+        cached = self.pool.listing(server, ctx.org_id, trusted=self.trusted).fresh()
+        if cached is not None:  # no session needed, even when the server is briefly away
+            return cached
+        try:
+            tools, _ = await self._with_retries(server, ctx, lambda conn, scope: conn.tools(scope))
+        except _Failed as failed:
+            raise failed.error from None
+        return tools
+
+    async def call(
+        self,
+        server: McpServerConfig,
+        tool: str,
+        arguments: dict[str, Any],
+        ctx: RunContext,
+        *,
+        meta: dict[str, Any] | None = None,
+    ) -> CallOutcome:
+        """Call ``tool``; transport failures are retried, the tool's own ``isError`` result is not."""
+
+        async def operation(conn: McpConnection, scope: RequestScope) -> McpCallResult:
+            async def send(client: Client) -> types.CallToolResult:
+                return await client.call_tool(tool, arguments, meta=meta)  # type: ignore[arg-type]
+
+            return to_call_result(await conn.run(send, scope))
+
+        try:
+            result, retries = await self._with_retries(server, ctx, operation)
+        except _Failed as failed:
+            return CallOutcome(result=None, error=failed.error, retries=failed.retries)
+        return CallOutcome(result=result, error=None, retries=retries)
+
+    async def call_mcp_tool(
+        self,
+        server_id: str,
+        tool: str,
+        arguments: dict[str, Any],
+        ctx: RunContext,
+        *,
+        meta: dict[str, Any] | None = None,
+    ) -> McpCallResult:
+        """``McpToolCaller``: raises ToolError after the server's retries; ``isError`` is returned."""
+        outcome = await self.call(self.server(server_id), tool, arguments, ctx, meta=meta)
+        if outcome.error is not None:
+            raise outcome.error
+        assert outcome.result is not None
+        return outcome.result
+
+    # -- attempts ------------------------------------------------------------------------------
+
+    async def _with_retries(
+        self, server: McpServerConfig, ctx: RunContext, op: Operation[T]
+    ) -> tuple[T, int]:
+        retries = 0
+        reauthorized = False
+        while True:
+            try:
+                return await self._attempt(server, ctx, op), retries
+            except _Unauthorized:
+                if reauthorized:
+                    error = McpServerError(
+                        f"{server.id}: the server rejected the credentials (HTTP 401)",
+                        code="mcp_unauthorized",
+                    )
+                    raise _Failed(error, retries) from None
+                reauthorized = True
+                await self.credentials.invalidate(server, ctx)
+            except ToolError as error:
+                if not error.transient or retries >= server.max_retries or ctx.remaining() <= 0:
+                    raise _Failed(error, retries) from None
+                retries += 1
+                await asyncio.sleep(self._backoff(retries, ctx))
+
+    def _backoff(self, retry: int, ctx: RunContext) -> float:
+        delay = min(self.backoff_seconds * 2 ** (retry - 1), _MAX_BACKOFF_SECONDS)
+        delay += random.uniform(0, delay / 2)  # spread replicas retrying the same server
+        return max(min(delay, ctx.remaining()), 0.0)
+
+    async def _attempt(self, server: McpServerConfig, ctx: RunContext, op: Operation[T]) -> T:
+        headers = await self._headers(server, ctx)
+        timeout = max(min(server.timeout_ms / 1000, ctx.remaining()), 0.001)
+        connection: McpConnection | None = None
+        with request_scope(headers) as scope:
+            try:
+                async with asyncio.timeout(timeout):
+                    connection = await self.pool.connection(
+                        server, ctx.org_id, trusted=self.trusted, guard=self.guard_egress
+                    )
+                    return await op(connection, scope)
+            except TimeoutError:
+                failure: ToolError = ToolTimeout(
+                    f"{server.id}: no answer within {server.timeout_ms} ms", transient=True
+                )
+            except McpServerError as exc:  # could not connect
+                failure = exc
+            except ConnectionLost as exc:
+                failure = McpServerError(str(exc), code="mcp_connection_lost", transient=True)
+            except MCPError as exc:
+                failure = _protocol_failure(server, exc)
+        if scope.status == 401:
+            raise _Unauthorized
+        failure = _http_failure(server, scope) or failure
+        if connection is not None and (server.kind == "sse" or connection.lost.is_set() or scope.error):
+            await self.pool.discard(connection)
+        raise failure
+
+    async def _headers(self, server: McpServerConfig, ctx: RunContext) -> dict[str, str]:
+        if server.kind == "stdio":
+            return {}
+        try:
+            forwarded = forwarded_headers(server.forward_headers, ctx.request_headers)
+            auth = await self.credentials.auth_headers(server, ctx, trusted=self.trusted)
+        except ToolError:
+            raise
+        except HatchwayError as exc:  # a missing secret, a bad header value: not worth retrying
+            raise McpServerError(f"{server.id}: {exc.message}", code=exc.code or "mcp_auth") from None
+        return {**forwarded, **auth}
+
+
+def _http_failure(server: McpServerConfig, scope: RequestScope) -> ToolError | None:
+    """What the HTTP exchange itself says went wrong, when it says anything."""
+    if isinstance(scope.error, EgressDenied):
+        return McpServerError(f"{server.id}: {scope.error}; the connection was refused", code="egress_denied")
+    if scope.error is not None:
+        return McpServerError(
+            f"{server.id}: cannot reach the server ({type(scope.error).__name__})",
+            code="mcp_unreachable",
+            transient=True,
+        )
+    if scope.status is not None and scope.status >= 500:
+        return McpServerError(f"{server.id}: HTTP {scope.status}", code="mcp_http_error", transient=True)
+    if scope.status in (403, 404):
+        return McpServerError(f"{server.id}: HTTP {scope.status}", code="mcp_http_error")
+    return None
+
+
+def _protocol_failure(server: McpServerConfig, exc: MCPError) -> ToolError:
+    if exc.code == REQUEST_TIMEOUT:
+        return ToolTimeout(f"{server.id}: {exc.error.message}", transient=True)
+    if exc.code == CONNECTION_CLOSED:
+        return McpServerError(f"{server.id}: {exc.error.message}", code="mcp_connection_lost", transient=True)
+    return McpServerError(f"{server.id}: {exc.error.message}", code="mcp_protocol_error")

@@ -1,0 +1,131 @@
+"""The tools of a plugin's MCP servers as one toolset: namespaced, allowlisted, results cached."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from typing import Any
+
+import orjson
+
+from hatchway.config.plugin import McpServerConfig
+from hatchway.engine.context import RunContext
+from hatchway.engine.items import FunctionCall, ToolSpec
+from hatchway.engine.tools.base import ToolResult, Toolset
+from hatchway.engine.tools.mcp.forwarding import forwarded_headers
+from hatchway.engine.tools.mcp.naming import namespaced_name
+from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
+from hatchway.engine.tools.mcp.pool import connection_key
+from hatchway.errors import HatchwayError, ToolTimeout
+from hatchway.store.cache import Cache
+
+logger = logging.getLogger(__name__)
+
+
+class McpToolset(Toolset):
+    """Every allowed tool of the plugin's servers, named ``<server_id>__<tool>`` for the model."""
+
+    def __init__(self, client: PluginMcpClient, *, cache: Cache, cache_ttl_seconds: float = 0) -> None:
+        self.client = client
+        self.cache = cache
+        self.cache_ttl_seconds = cache_ttl_seconds
+        self._routes: dict[str, tuple[McpServerConfig, str]] = {}
+
+    def route(self, name: str) -> tuple[str, str] | None:
+        """``(server_id, tool)`` behind a name the model saw, or None."""
+        route = self._routes.get(name)
+        return (route[0].id, route[1]) if route is not None else None
+
+    async def list_tools(self, ctx: RunContext) -> list[ToolSpec]:
+        listings = await asyncio.gather(*(self._server_specs(s, ctx) for s in self.client.plugin.mcp_servers))
+        return [spec for specs in listings for spec in specs]
+
+    async def _server_specs(self, server: McpServerConfig, ctx: RunContext) -> list[ToolSpec]:
+        try:
+            tools = await self.client.list_tools(server, ctx)
+        except HatchwayError as exc:
+            # One unreachable server must not take the others' tools away from the run.
+            logger.warning("MCP server %s: tools not listed (%s)", server.id, exc.message)
+            return []
+        specs = []
+        for tool in tools:
+            if not server.exposes(tool.name):
+                continue
+            name = namespaced_name(server.id, tool.name)
+            if name in self._routes and self._routes[name] != (server, tool.name):
+                logger.warning("MCP tool name %s is taken; %s/%s not exposed", name, server.id, tool.name)
+                continue
+            self._routes[name] = (server, tool.name)
+            specs.append(ToolSpec(name=name, description=tool.description or "", parameters=_schema(tool)))
+        return specs
+
+    async def call_tool(self, call: FunctionCall, ctx: RunContext) -> ToolResult:
+        route = self._routes.get(call.name)
+        if route is None:
+            return ToolResult.error("unknown_tool", f"No tool named '{call.name}' is available.")
+        server, tool = route
+        meta: dict[str, Any] = {"server": server.id, "tool": tool}
+        arguments = _arguments(call.arguments)
+        if arguments is None:
+            return ToolResult.error(
+                "invalid_arguments",
+                "The arguments must be a JSON object.",
+                **meta,
+                outcome="invalid_arguments",
+            )
+        key = self._cache_key(server, tool, arguments, ctx)
+        if key is not None and (hit := await self.cache.get(key)) is not None:
+            return ToolResult(output=hit["text"], meta={**meta, "cached": True, "outcome": "ok"})
+
+        outcome = await self.client.call(server, tool, arguments, ctx)
+        meta["retries"] = outcome.retries
+        if outcome.error is not None:
+            kind = "timeout" if isinstance(outcome.error, ToolTimeout) else "error"
+            code = outcome.error.code or "tool_error"
+            return ToolResult.error(code, outcome.error.message, **meta, outcome=kind)
+        result = outcome.result
+        assert result is not None
+        if result.is_error:
+            return ToolResult.error(
+                "tool_error", result.text or "The tool failed.", **meta, outcome="tool_error"
+            )
+        if key is not None:
+            await self.cache.set(key, {"text": result.text}, self.cache_ttl_seconds)
+        return ToolResult(output=result.text, meta={**meta, "outcome": "ok"})
+
+    def _cache_key(
+        self, server: McpServerConfig, tool: str, arguments: dict[str, Any], ctx: RunContext
+    ) -> str | None:
+        if self.cache_ttl_seconds <= 0:
+            return None
+        try:
+            forwarded = forwarded_headers(server.forward_headers, ctx.request_headers)
+        except HatchwayError:
+            return None
+        # Forwarded headers (tenant, end-user token…) can change the answer, so they are part of it.
+        material = [
+            connection_key(server, ctx.org_id, trusted=self.client.trusted),
+            tool,
+            arguments,
+            forwarded,
+        ]
+        digest = hashlib.sha256(orjson.dumps(material, option=orjson.OPT_SORT_KEYS)).hexdigest()
+        return f"mcp:tool-result:{digest}"
+
+
+def _arguments(raw: str) -> dict[str, Any] | None:
+    if not raw.strip():
+        return {}
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _schema(tool: Any) -> dict[str, Any]:
+    schema = tool.input_schema if isinstance(tool.input_schema, dict) else {}
+    if schema.get("type") != "object":
+        return {"type": "object", "properties": {}}
+    return schema
