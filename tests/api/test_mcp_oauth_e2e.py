@@ -14,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.support.agent_loop import USER, log_of, rounds, rule_for, summarise, tool_messages, tool_steps
@@ -62,7 +61,6 @@ def oauth_gateway(
     **auth: Any,
 ) -> RunningGateway:
     """A gateway whose routing rule binds ``server`` with oauth auth; the client secret is stored."""
-    transport = {"transport": "sse"} if server.transport == "sse" else {}
     plugin = {
         "mcp_servers": [
             {
@@ -79,7 +77,6 @@ def oauth_gateway(
                 "tools": ["echo", "grow", "extra"],
                 "timeout_ms": 1500,
                 "max_retries": 2,
-                **transport,
             }
         ]
     }
@@ -97,12 +94,7 @@ def put_secret(
     scanner: SecretScanner,
     hosts: list[str] | None = None,
 ) -> None:
-    body: dict[str, Any] = {"value": value}
-    if hosts is not None:
-        body["allowed_hosts"] = hosts
-    response = httpx.put(
-        f"{gateway.url}/v1/secrets/{name}", json=body, headers={"authorization": f"Bearer {key}"}
-    )
+    response = gateway.put_secret(name, value, key=key, allowed_hosts=hosts)
     scanner.observe(f"PUT /v1/secrets/{name}", response.text)
     assert response.status_code in (200, 201), response.text
 
@@ -259,7 +251,7 @@ def test_an_expired_token_is_refreshed_on_the_pooled_session_and_the_tools_stay(
     llm: ScriptedLLM,
     tmp_path: Path,
 ) -> None:
-    idp.expires_in = 1
+    idp.expires_in = 2  # the gateway renews it a second before it expires
     gateway = oauth_gateway(gateway_factory, tmp_path, idp, billing, secret_scanner)
     llm.handler = rounds(Reply(tool_calls=[("billing__echo", {"text": "one"})]), summarise)
     ask(gateway, secret_scanner)

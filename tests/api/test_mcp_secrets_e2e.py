@@ -13,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import pytest
 from mcp.server.mcpserver import Context
@@ -35,10 +34,7 @@ def put_secret(
     scanner: SecretScanner,
     hosts: list[str] | None = None,
 ) -> None:
-    body: dict[str, Any] = {"value": value} | ({"allowed_hosts": hosts} if hosts is not None else {})
-    response = httpx.put(
-        f"{gateway.url}/v1/secrets/{name}", json=body, headers={"authorization": f"Bearer {key}"}
-    )
+    response = gateway.put_secret(name, value, key=key, allowed_hosts=hosts)
     scanner.observe(f"PUT /v1/secrets/{name}", response.text)
     assert response.status_code in (200, 201), response.text
 
