@@ -8,67 +8,23 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import httpx
 import openai
 import pytest
-import yaml
 
-from tests.support.gateway import RunningGateway
+from tests.support.agent_loop import (
+    USER,
+    inline,
+    log_of,
+    rounds,
+    rule_for,
+    summarise,
+    tool_messages,
+    tool_steps,
+    write_plugin,
+)
 from tests.support.mcp_servers import BearerCredentials, McpTestServer
 from tests.support.scripted_llm import Reply, ScriptedLLM
-
-USER = [{"role": "user", "content": "go"}]
-
-
-def write_plugin(tmp_path: Path, name: str, plugin: dict[str, Any]) -> str:
-    (tmp_path / "plugins").mkdir(exist_ok=True)
-    (tmp_path / "plugins" / f"{name}.yaml").write_text(yaml.safe_dump({"version": "1", **plugin}))
-    return f"plugins/{name}.yaml"
-
-
-def rule_for(tmp_path: Path, plugin: dict[str, Any], model: str = "gpt-4o") -> dict[str, Any]:
-    return {
-        "routing_rules": [
-            {
-                "name": "research",
-                "match": {"model": model},
-                "plugin": write_plugin(tmp_path, "research", plugin),
-            }
-        ]
-    }
-
-
-def tool_messages(body: dict[str, Any]) -> list[str]:
-    return [m["content"] for m in body["messages"] if m["role"] == "tool"]
-
-
-def rounds(*replies: Callable[[dict[str, Any]], Reply] | Reply) -> Callable[[dict[str, Any]], Reply]:
-    """A handler answering the n-th model call of a conversation with the n-th reply."""
-
-    def handler(body: dict[str, Any]) -> Reply:
-        n = sum(1 for m in body["messages"] if m["role"] == "assistant")
-        reply = replies[min(n, len(replies) - 1)]
-        return reply(body) if callable(reply) else reply
-
-    return handler
-
-
-def summarise(body: dict[str, Any]) -> Reply:
-    return Reply(text="Answer from: " + " | ".join(tool_messages(body)))
-
-
-def log_of(gateway: RunningGateway, log_id: str) -> dict[str, Any]:
-    response = httpx.get(
-        f"{gateway.url}/v1/logs/{log_id}", headers={"authorization": f"Bearer {gateway.key}"}
-    )
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-def tool_steps(record: dict[str, Any]) -> list[dict[str, Any]]:
-    return [s for s in record["steps"] if s["type"] == "tool_call"]
 
 
 def test_two_rounds_three_tools_answer_usage_and_run_record(
@@ -266,12 +222,6 @@ def test_a_503_is_retried_and_a_tool_error_is_not(
     assert fail["outcome"] == "tool_error" and fail["retries"] == 0 and server.tool_calls("fail") == 1
     assert json.loads(tool_messages(llm.requests[-1])[1])["error"]["code"] == "tool_error"
     assert "card declined" in raw.parse().choices[0].message.content
-
-
-def inline(plugin: dict[str, Any]) -> str:
-    import base64
-
-    return base64.b64encode(yaml.safe_dump({"version": "1", **plugin}).encode()).decode()
 
 
 @pytest.mark.parametrize("header", ["hatchway-mcp-plugin", "floopy-mcp-plugin"])

@@ -56,6 +56,7 @@ def test_the_seed_example_is_valid_and_read_as_written() -> None:
     assert search.forward_headers == ["x-tenant-id", "x-trace-id"] and search.timeout_ms == 5000
     assert code.tools == "*" and code.exposes("anything") and code.auth.header == "X-Api-Key"
     assert billing.auth.scopes == ["billing.read", "billing.write"] and billing.kind == "streamable_http"
+    assert billing.auth.token_endpoint_auth_method == "client_secret_basic"  # RFC 6749's default
     assert plugin.agent.tool_cache_ttl_seconds == 300 and plugin.agent.prompt_guard_on_tool_output
 
 
@@ -130,6 +131,30 @@ def test_stdio_and_sse_servers() -> None:
             "{id: s, url: 'http://x', auth: {type: oauth, token_url: 'https://idp/t', client_id: c}}",
             "mcp_servers[0].auth.secret_ref",
             "required",
+        ),
+        (
+            "{id: s, url: 'http://x', auth: {type: oauth, token_url: 'https://u:p@idp/t', client_id: c, "
+            "secret_ref: secret.s}}",
+            "mcp_servers[0].auth.token_url",
+            "must not carry credentials",
+        ),
+        (
+            "{id: s, url: 'http://x', auth: {type: oauth, token_url: 'https://idp/t', client_id: c, "
+            "secret_ref: secret.s, token_endpoint_auth_method: private_key_jwt}}",
+            "mcp_servers[0].auth.token_endpoint_auth_method",
+            "'client_secret_post'",
+        ),
+        (
+            "{id: s, url: 'http://x', auth: {type: bearer, secret_ref: secret.s, "
+            "token_endpoint_auth_method: client_secret_post}}",
+            "mcp_servers[0].auth.token_endpoint_auth_method",
+            "only applies to auth type oauth",
+        ),
+        (
+            "{id: s, url: 'http://x', auth: {type: oauth, token_url: 'https://idp/t', client_id: c, "
+            "secret_ref: secret.s, scopes: ['billing.read billing.write']}}",
+            "mcp_servers[0].auth.scopes[0]",
+            "one scope per entry",
         ),
         (
             "{id: s, command: python, auth: {type: bearer, secret_ref: secret.k}}",

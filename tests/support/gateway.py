@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import yaml
 
@@ -71,6 +72,17 @@ class RunningGateway:
 
     def new_org(self, name: str | None = None) -> OrgKey:
         return asyncio.run(create_org_key(self.settings.database_url, name))
+
+    def put_secret(
+        self, name: str, value: str, *, key: str | None = None, allowed_hosts: list[str] | None = None
+    ) -> httpx.Response:
+        """``PUT /v1/secrets/{name}`` as this gateway's organisation (or ``key``'s)."""
+        body: dict[str, Any] = {"value": value}
+        if allowed_hosts is not None:
+            body["allowed_hosts"] = allowed_hosts
+        return httpx.put(
+            f"{self.url}/v1/secrets/{name}", json=body, headers={"authorization": f"Bearer {key or self.key}"}
+        )
 
     def client(self, key: str | None = None, **kwargs: Any) -> openai.OpenAI:
         kwargs.setdefault("max_retries", 0)

@@ -8,6 +8,7 @@ and everything written to stdout/stderr, and fails the test naming each place a 
 
 Database scans read the raw bytes of a SQLite file and its WAL/journal, or every table of a
 PostgreSQL database as text, looking for the value and its hex form (how ``bytea`` prints).
+``watch_redis(url)`` scans every ``hatchway:`` key of a Redis database (the shared cache).
 Ask for ``secret_scanner`` before the fixtures that start servers, so it is torn down after them:
 servers then have stopped and flushed their request logs when the scan runs.
 """
@@ -42,6 +43,7 @@ class SecretScanner:
         self.values: set[str] = set()
         self.texts: list[tuple[str, str]] = []
         self.database_urls: list[str] = []
+        self.redis_urls: list[str] = []
 
     def watch(self, *values: str) -> None:
         """Fail the test if any of ``values`` appears anywhere scanned."""
@@ -56,10 +58,17 @@ class SecretScanner:
         if url not in self.database_urls:
             self.database_urls.append(url)
 
+    def watch_redis(self, url: str) -> None:
+        """Scan the values of this Redis database's ``hatchway:`` keys at the end of the test."""
+        if url not in self.redis_urls:
+            self.redis_urls.append(url)
+
     def findings(self) -> list[str]:
         """``"<value prefix>… in <where>"`` for each leak found."""
         found = []
-        for where, text in self.texts + [(u, _database_text(u)) for u in self.database_urls]:
+        stores = [(u, _database_text(u)) for u in self.database_urls]
+        stores += [(f"redis {u}", _redis_text(u)) for u in self.redis_urls]
+        for where, text in self.texts + stores:
             lowered = text.lower()
             for value in self.values:
                 if value in text or value.encode().hex() in lowered:
@@ -81,6 +90,21 @@ def _database_text(url: str) -> str:
     return asyncio.run(
         _postgres_text(parsed.set(drivername="postgresql").render_as_string(hide_password=False))
     )
+
+
+def _redis_text(url: str) -> str:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        chunks = []
+        for key in client.scan_iter(match="hatchway:*", count=500):
+            value = client.get(key) if client.type(key) == b"string" else None
+            if value is not None:
+                chunks.append(f"{key.decode('latin-1')} {value.decode('latin-1')}")
+        return "\n".join(chunks)
+    finally:
+        client.close()
 
 
 async def _postgres_text(dsn: str) -> str:

@@ -7,8 +7,10 @@
     server.requests                    # every HTTP request: headers, JSON-RPC method, tool, status sent
 
 Add your own tools with ``@server.mcp.tool()``. ``required_bearer="tok"`` makes every request without
-``Authorization: Bearer tok`` fail with 401. ``stdio_command()`` gives a command line that runs a
-stdio MCP server with the same standard tools.
+``Authorization: Bearer tok`` fail with 401. ``token_verifier=`` (an SDK ``TokenVerifier``) turns on
+the SDK's own bearer authentication instead: the server then refuses (401) every request whose token
+the verifier does not accept, and (403) tokens without ``required_scopes``. ``stdio_command()``
+gives a command line that runs a stdio MCP server with the same standard tools.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mcp.server import MCPServer
+from mcp.server.auth.provider import AccessToken, TokenVerifier
+from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from starlette.responses import JSONResponse, Response
@@ -47,6 +51,8 @@ class RecordedRequest:
     """The JSON-RPC request's ``params._meta``."""
     status: int | None = None
     """The status injected by the test (503, 401…), or None when the MCP app answered."""
+    answered: int | None = None
+    """The status the server actually sent (injected, or the MCP app's own: 200, 401 from SDK auth…)."""
 
 
 @dataclass
@@ -63,6 +69,8 @@ class McpTestServer:
     name: str = "test"
     transport: Literal["streamable_http", "sse"] = "streamable_http"
     required_bearer: str | None = None
+    token_verifier: TokenVerifier | None = None
+    required_scopes: list[str] | None = None
     mcp: MCPServer = field(init=False)
     requests: list[RecordedRequest] = field(default_factory=list, init=False)
     executions: dict[str, int] = field(default_factory=dict, init=False)
@@ -71,7 +79,14 @@ class McpTestServer:
     """``(start, end)`` (``time.monotonic()``) of each ``slow`` execution, to see overlap."""
 
     def __post_init__(self) -> None:
-        self.mcp = MCPServer(self.name, log_level="WARNING")
+        auth = None
+        if self.token_verifier is not None:
+            auth = AuthSettings(
+                issuer_url="https://idp.invalid",  # type: ignore[arg-type]
+                resource_server_url=None,
+                required_scopes=self.required_scopes,
+            )
+        self.mcp = MCPServer(self.name, log_level="WARNING", token_verifier=self.token_verifier, auth=auth)
         self._lock = threading.Lock()
         self._failures: list[_Failure] = []
         app = self.mcp.sse_app() if self.transport == "sse" else self.mcp.streamable_http_app()
@@ -155,6 +170,12 @@ class McpTestServer:
         with self._lock:
             return [r for r in self.requests if r.rpc_method == rpc_method]
 
+    def bearers(self) -> list[str | None]:
+        """The bearer token of every request received, in order (None: the request had none)."""
+        with self._lock:
+            headers = [r.headers.get("authorization", "") for r in self.requests]
+        return [h[len("Bearer ") :] if h.startswith("Bearer ") else None for h in headers]
+
     def tool_call_headers(self, tool: str | None = None) -> list[dict[str, str]]:
         return [r.headers for r in self.calls_of("tools/call") if tool is None or r.tool == tool]
 
@@ -206,13 +227,19 @@ class _Recorder:
             meta=params.get("_meta"),
         )
         status = self.owner._record(recorded)
+
+        async def noted(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                recorded.answered = message["status"]
+            await send(message)
+
         if status is not None:
             response: Response = (
                 JSONResponse({"error": "unauthorized"}, status_code=status)
                 if status == 401
                 else Response("injected failure", status_code=status)
             )
-            await response(scope, receive, send)
+            await response(scope, receive, noted)
             return
         replay = iter(messages)
 
@@ -222,7 +249,7 @@ class _Recorder:
             except StopIteration:
                 return await receive()
 
-        await self.app(scope, replayed, send)
+        await self.app(scope, replayed, noted)
 
 
 def _json_rpc(body: bytes) -> dict[str, Any]:
@@ -231,6 +258,18 @@ def _json_rpc(body: bytes) -> dict[str, Any]:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+class StaticBearers:
+    """An SDK ``TokenVerifier`` accepting fixed bearer values (API keys handed out of band)."""
+
+    def __init__(self, *values: str) -> None:
+        self.values = set(values)
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        if token not in self.values:
+            return None
+        return AccessToken(token=token, client_id="key-holder", scopes=[])
 
 
 class BearerCredentials:
@@ -255,7 +294,7 @@ class BearerCredentials:
         ctx.secret_values.add(token)
         return {"authorization": f"Bearer {token}"}
 
-    async def invalidate(self, server: Any, ctx: Any) -> None:
+    async def invalidate(self, server: Any, ctx: Any, *, refused: Any = None) -> None:
         self.invalidated.append(server.id)
 
 

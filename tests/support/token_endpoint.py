@@ -3,6 +3,10 @@
 ``TokenEndpoint.behaviour`` decides each answer (``ok``, ``status_500``, ``hang``, ``oversized``,
 ``oversized_chunked``, ``no_token``, ``redirect``, ``mac_token``); every request's headers and form
 are kept in ``requests``. ``gate`` (a threading.Event) holds ``ok`` answers until the test opens it.
+
+``IssuedTokens`` is the resource server's side of the same identity provider: an MCP server built
+with the official SDK (``MCPServer(token_verifier=…)``) accepts exactly the tokens this endpoint
+issued, with their scopes, until they expire or the test revokes them.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import base64
 import itertools
 import ssl
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +24,7 @@ from typing import Any
 from urllib.parse import unquote_plus
 
 import trustme
+from mcp.server.auth.provider import AccessToken
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
@@ -32,6 +38,11 @@ class TokenRequest:
     headers: dict[str, str]
     form: dict[str, str]
 
+    def client_id(self) -> str | None:
+        """The client id, from HTTP Basic or from the form (client_secret_post)."""
+        basic = self.basic_credentials()
+        return basic[0] if basic is not None else self.form.get("client_id")
+
     def basic_credentials(self) -> tuple[str, str] | None:
         """The (client id, secret) of an HTTP Basic header, form-urldecoded as RFC 6749 §2.3.1 says."""
         scheme, _, value = self.headers.get("authorization", "").partition(" ")
@@ -39,6 +50,14 @@ class TokenRequest:
             return None
         user, _, password = base64.b64decode(value).decode().partition(":")
         return unquote_plus(user), unquote_plus(password)
+
+
+@dataclass(frozen=True)
+class Grant:
+    client_id: str
+    scopes: list[str]
+    expires_at: float
+    """Wall-clock time after which the token is refused."""
 
 
 @dataclass
@@ -53,6 +72,12 @@ class TokenEndpoint:
     redirect_hits: int = 0
     issued: list[str] = field(default_factory=list)
     """Every access token handed out, in order (unique per endpoint, so a leak scan can look for them)."""
+    grants: dict[str, Grant] = field(default_factory=dict)
+    """What each issued token stands for: client, scopes, expiry (read by ``IssuedTokens``)."""
+    revoked: set[str] = field(default_factory=set)
+    """Tokens the test revoked: ``IssuedTokens`` refuses them before they expire."""
+    revoke_new: bool = False
+    """Revoke each token as it is issued (the resource server no longer trusts this client)."""
 
     def __post_init__(self) -> None:
         self.ca = trustme.CA()
@@ -93,12 +118,17 @@ class TokenEndpoint:
         self.gate.set()
         self.server.stop()
 
+    def revoke_all(self) -> None:
+        """Revoke every token issued so far (the MCP server then answers 401 to them)."""
+        self.revoked.update(self.issued)
+
     async def _token(self, request: Request) -> Response:
         form = {k: str(v) for k, v in (await request.form()).items()}
-        self.requests.append(TokenRequest({k.lower(): v for k, v in request.headers.items()}, form))
-        return await self._answer()
+        token_request = TokenRequest({k.lower(): v for k, v in request.headers.items()}, form)
+        self.requests.append(token_request)
+        return await self._answer(token_request)
 
-    async def _answer(self) -> Response:
+    async def _answer(self, request: TokenRequest) -> Response:
         match self.behaviour:
             case "status_500":
                 return JSONResponse({"error": "server_error", "error_description": "down"}, status_code=500)
@@ -117,12 +147,36 @@ class TokenEndpoint:
                 return JSONResponse({"access_token": "m", "token_type": "mac", "expires_in": 3600})
         await asyncio.to_thread(self.gate.wait, 60)
         token = f"{self._prefix}-{next(self._counter)}"
+        lifetime = float(self.expires_in) if isinstance(self.expires_in, int | float) else 3600.0
+        scopes = request.form.get("scope", "").split()
+        self.grants[token] = Grant(request.client_id() or "", scopes, time.time() + lifetime)
         self.issued.append(token)
+        if self.revoke_new:
+            self.revoked.add(token)
         return JSONResponse({"access_token": token, "token_type": "Bearer", "expires_in": self.expires_in})
 
     async def _elsewhere(self, request: Request) -> Response:
         self.redirect_hits += 1
         return JSONResponse({"access_token": "from-redirect", "expires_in": 3600})
+
+
+class IssuedTokens:
+    """An SDK ``TokenVerifier``: the tokens ``endpoint`` issued, unexpired and not revoked."""
+
+    def __init__(self, endpoint: TokenEndpoint) -> None:
+        self.endpoint = endpoint
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        grant = self.endpoint.grants.get(token)
+        if grant is None or token in self.endpoint.revoked or time.time() >= grant.expires_at:
+            return None
+        return AccessToken(
+            token=token, client_id=grant.client_id, scopes=grant.scopes, expires_at=int(grant.expires_at) + 1
+        )
+
+    def expired(self, token: str) -> bool:
+        """Whether ``token``'s lifetime is over (what the MCP server will say about it now)."""
+        return time.time() >= self.endpoint.grants[token].expires_at
 
 
 async def _chunks(kib: int):  # type: ignore[no-untyped-def]

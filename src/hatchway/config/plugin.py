@@ -23,11 +23,13 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 
 from hatchway.config.loading import StrictModel, parse_yaml_text, validate_document
+from hatchway.engine.tools.mcp.auth.oauth import TokenEndpointAuthMethod, token_url_problem
 from hatchway.engine.tools.mcp.forwarding import forward_header_problem
 from hatchway.errors import ConfigError
+from hatchway.vault.names import ref_problem
 
-SECRET_REF = re.compile(r"^secret\.[A-Za-z0-9_-]{1,64}$")
 SERVER_ID = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+_SCOPE_TOKEN = re.compile(r"^[\x21\x23-\x5b\x5d-\x7e]+$")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 
@@ -43,6 +45,14 @@ def _forwardable(name: str) -> str:
     return name
 
 
+def _scope_token(scope: str) -> str:
+    if not _SCOPE_TOKEN.match(scope):
+        raise ValueError(
+            f"one scope per entry: visible ASCII without spaces, '\"' or backslash (got {scope!r})"
+        )
+    return scope
+
+
 class McpAuth(_PluginModel):
     """How the gateway authenticates to one MCP server; secrets are named, never written here."""
 
@@ -52,24 +62,26 @@ class McpAuth(_PluginModel):
     header: str = "X-Api-Key"
     """The header that carries the key for ``type: api_key``."""
     token_url: str | None = None
+    """``type: oauth``: the https token endpoint of the client_credentials grant."""
     client_id: str | None = None
-    scopes: list[str] = Field(default_factory=list)
+    scopes: list[Annotated[str, AfterValidator(_scope_token)]] = Field(default_factory=list)
+    """``type: oauth``: sent space-separated, so each is one RFC 6749 scope-token (no spaces)."""
+    token_endpoint_auth_method: TokenEndpointAuthMethod = "client_secret_basic"
+    """``type: oauth``: how the client id and secret are sent — ``client_secret_basic`` (HTTP Basic,
+    the default) or ``client_secret_post`` (in the form body), as RFC 6749 §2.3.1 allows."""
 
     @field_validator("secret_ref")
     @classmethod
     def _secret_ref(cls, value: str | None) -> str | None:
-        if value is not None and not SECRET_REF.match(value):
-            raise ValueError(
-                "must be secret.<name>, the name made of letters, digits, '-' and '_' (at most 64), "
-                f"with no other '.', ':' or '/' (got {value!r})"
-            )
+        if value is not None and (problem := ref_problem(value)):
+            raise ValueError(problem)
         return value
 
     @field_validator("token_url")
     @classmethod
-    def _https(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^https://[^/\s]+", value):
-            raise ValueError(f"must be https (got {value})")
+    def _token_url(cls, value: str | None) -> str | None:
+        if value is not None and (problem := token_url_problem(value)):
+            raise ValueError(problem)
         return value
 
     @field_validator("header")
@@ -88,6 +100,8 @@ class McpAuth(_PluginModel):
                 raise ValueError("token_url: required for auth type oauth (an https token endpoint)")
             if not self.client_id:
                 raise ValueError("client_id: required for auth type oauth")
+        elif "token_endpoint_auth_method" in self.model_fields_set:
+            raise ValueError("token_endpoint_auth_method: only applies to auth type oauth")
         elif self.token_url is not None or self.client_id is not None or self.scopes:
             raise ValueError("token_url: token_url, client_id and scopes only apply to auth type oauth")
         if self.type == "none" and self.secret_ref is not None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from hatchway.config.plugin import McpServerConfig
 from hatchway.engine.tools.mcp.auth import VaultCredentials, token_url_problem
 from hatchway.engine.tools.mcp.auth.egress import PinnedAddress, is_public, pin_public_address
 from hatchway.engine.tools.mcp.auth.oauth import ClientCredentials, TokenEndpoint
@@ -21,7 +22,7 @@ from hatchway.store.db import Database
 from hatchway.store.orgs import OrgStore
 from hatchway.vault import MasterKey, Vault
 from tests.support.leak_scanner import SecretScanner
-from tests.support.mcp_standin import Auth, Server, run_context
+from tests.support.server_configs import run_context, server, unchecked_server
 from tests.support.token_endpoint import TokenEndpoint as TokenServer
 
 pytestmark = pytest.mark.anyio
@@ -63,7 +64,7 @@ class Setup:
     vault: Vault
     org: str
     client_secret: str
-    server: Server
+    server: McpServerConfig
     clock: Clock
 
     def credentials(self, cache: MemoryCache | None = None, **kwargs) -> VaultCredentials:  # type: ignore[no-untyped-def]
@@ -81,20 +82,18 @@ async def setup(secret_scanner: SecretScanner, tmp_path: Path):
     org = (await OrgStore(db).create_org(f"org-{uuid.uuid4().hex[:8]}")).id
     client_secret = f"cs:{uuid.uuid4().hex}/+="  # characters Basic auth must form-encode
     await vault.put(org, SECRET_NAME, client_secret, ["localhost", "mcp.example.com"])
-    server = Server(
+    billing = server(
         "billing",
         "https://mcp.example.com/billing",
-        Auth(
-            "oauth",
-            f"secret.{SECRET_NAME}",
-            token_url=endpoint.url,
-            client_id=CLIENT_ID,
-            scopes=["b.read", "b.write"],
-        ),
+        type="oauth",
+        secret_ref=f"secret.{SECRET_NAME}",
+        token_url=endpoint.url,
+        client_id=CLIENT_ID,
+        scopes=["b.read", "b.write"],
     )
     secret_scanner.watch(client_secret)
     secret_scanner.watch_database(url)
-    yield Setup(endpoint, vault, org, client_secret, server, Clock())
+    yield Setup(endpoint, vault, org, client_secret, billing, Clock())
     endpoint.stop()
     await db.close()
     secret_scanner.watch(*endpoint.issued)
@@ -114,16 +113,18 @@ async def test_the_client_authenticates_with_basic_credentials_and_gets_a_bearer
     assert {setup.client_secret, token} <= ctx.secret_values
 
 
-@dataclass
-class PostAuth(Auth):
-    token_endpoint_auth_method: str = "client_secret_post"
-
-
 async def test_client_secret_post_sends_the_credentials_in_the_form_instead(setup: Setup) -> None:
-    auth = PostAuth("oauth", f"secret.{SECRET_NAME}", token_url=setup.endpoint.url, client_id=CLIENT_ID)
-    server = Server("billing", setup.server.url, auth)
+    post = server(
+        "billing",
+        setup.server.url or "",
+        type="oauth",
+        secret_ref=f"secret.{SECRET_NAME}",
+        token_url=setup.endpoint.url,
+        client_id=CLIENT_ID,
+        token_endpoint_auth_method="client_secret_post",
+    )
 
-    await setup.credentials().auth_headers(server, run_context(setup.org), trusted=True)
+    await setup.credentials().auth_headers(post, run_context(setup.org), trusted=True)
 
     [request] = setup.endpoint.requests
     assert request.basic_credentials() is None
@@ -193,11 +194,26 @@ async def test_invalidate_after_a_401_forces_a_new_token(setup: Setup) -> None:
     assert len(setup.endpoint.requests) == 2 and first != second
 
 
+async def test_a_late_401_for_an_old_token_does_not_evict_the_new_one(setup: Setup) -> None:
+    creds = setup.credentials()
+    ctx = run_context(setup.org)
+    refused = await creds.auth_headers(setup.server, ctx, trusted=True)  # two calls both sent this
+
+    await creds.invalidate(setup.server, ctx, refused=refused)  # the first call's 401
+    fresh = await creds.auth_headers(setup.server, ctx, trusted=True)
+    await creds.invalidate(setup.server, ctx, refused=refused)  # the second call's, arriving later
+
+    assert await creds.auth_headers(setup.server, ctx, trusted=True) == fresh != refused
+    assert len(setup.endpoint.requests) == 2
+    await creds.invalidate(setup.server, ctx, refused=fresh)
+    assert await creds.auth_headers(setup.server, ctx, trusted=True) not in (fresh, refused)
+
+
 async def test_tokens_are_kept_apart_per_organisation_and_per_server_configuration(setup: Setup) -> None:
     creds = setup.credentials()
     other_org = (await OrgStore(setup.vault.db).create_org(f"org-{uuid.uuid4().hex[:8]}")).id
     await setup.vault.put(other_org, SECRET_NAME, "other-secret")
-    same_id_elsewhere = Server("billing", "https://evil.example.com/billing", setup.server.auth)
+    same_id_elsewhere = setup.server.model_copy(update={"url": "https://evil.example.com/billing"})
 
     a = await creds.auth_headers(setup.server, run_context(setup.org), trusted=True)
     b = await creds.auth_headers(setup.server, run_context(other_org), trusted=True)
@@ -279,13 +295,16 @@ async def test_a_plain_http_token_url_is_refused(setup: Setup) -> None:
     assert token_url_problem("http://idp.local/token") == "must be https (got http://idp.local/token)"
     assert token_url_problem("https://user:pw@idp.example.com/t") is not None
     assert token_url_problem("https://idp.example.com/oauth/token") is None
-    auth = Auth(
-        "oauth", f"secret.{SECRET_NAME}", token_url=setup.endpoint.url.replace("https", "http"), client_id="c"
+    plain = unchecked_server(
+        "b",
+        setup.server.url,
+        type="oauth",
+        secret_ref=f"secret.{SECRET_NAME}",
+        token_url=setup.endpoint.url.replace("https", "http"),
+        client_id="c",
     )
     with pytest.raises(McpAuthError, match=r"auth\.token_url: must be https"):
-        await setup.credentials().auth_headers(
-            Server("b", setup.server.url, auth), run_context(setup.org), trusted=True
-        )
+        await setup.credentials().auth_headers(plain, run_context(setup.org), trusted=True)
     assert setup.endpoint.requests == []
 
 

@@ -14,13 +14,19 @@ from hatchway.store.db import Database
 from hatchway.store.orgs import OrgStore
 from hatchway.vault import MasterKey, Vault
 from tests.support.leak_scanner import SecretScanner
-from tests.support.mcp_standin import Auth, Server, run_context
+from tests.support.server_configs import run_context, server, unchecked_server
 
 pytestmark = pytest.mark.anyio
 
-SEARCH = Server("pesquisa", "https://mcp.example.com/search", Auth("bearer", "secret.mcp_search_api_key"))
-CODE = Server(
-    "codigo", "https://code.example.com/mcp", Auth("api_key", "secret.mcp_code_api_key", header="X-Code-Key")
+SEARCH = server(
+    "pesquisa", "https://mcp.example.com/search", type="bearer", secret_ref="secret.mcp_search_api_key"
+)
+CODE = server(
+    "codigo",
+    "https://code.example.com/mcp",
+    type="api_key",
+    secret_ref="secret.mcp_code_api_key",
+    header="X-Code-Key",
 )
 
 
@@ -57,9 +63,11 @@ async def test_bearer_and_api_key_headers_come_from_the_vault_and_are_redacted(
     await creds.authorize(SEARCH, ctx, trusted=True)
     assert await creds.auth_headers(SEARCH, ctx, trusted=True) == {"Authorization": f"Bearer {search_key}"}
     assert await creds.auth_headers(CODE, ctx, trusted=True) == {"X-Code-Key": code_key}
-    default_header = Server("c", "https://code.example.com", Auth("api_key", "secret.mcp_code_api_key"))
+    default_header = server(
+        "c", "https://code.example.com", type="api_key", secret_ref="secret.mcp_code_api_key"
+    )
     assert await creds.auth_headers(default_header, ctx, trusted=True) == {"X-Api-Key": code_key}
-    assert await creds.auth_headers(Server("open", "https://o.example.com"), ctx, trusted=True) == {}
+    assert await creds.auth_headers(server("open", "https://o.example.com"), ctx, trusted=True) == {}
 
     assert {search_key, code_key} <= ctx.secret_values
     assert ctx.redact(f"echo {search_key} / {code_key}") == "echo [REDACTED] / [REDACTED]"
@@ -91,7 +99,7 @@ async def test_a_secret_without_allowed_hosts_is_for_trusted_plugins_only(vault:
     creds = VaultCredentials(vault, MemoryCache())
     with pytest.raises(PermissionDenied, match="allowed_hosts: none"):
         await creds.authorize(SEARCH, run_context(org), trusted=False)
-    stdio = Server("local", None, Auth("bearer", "secret.mcp_search_api_key"))
+    stdio = unchecked_server("local", None, type="bearer", secret_ref="secret.mcp_search_api_key")
     await vault.put(org, "mcp_search_api_key", "k-2", ["mcp.example.com"])
     with pytest.raises(PermissionDenied, match="has no url host"):
         await creds.authorize(stdio, run_context(org), trusted=False)
@@ -128,21 +136,28 @@ async def test_a_value_that_cannot_be_a_header_is_refused_without_echoing_it(
 @pytest.mark.parametrize(
     ("auth", "message"),
     [
-        (Auth("bearer", None), "auth.secret_ref: required for auth type 'bearer'"),
-        (Auth("bearer", "secret.a/b"), "found '/'"),
-        (Auth("kerberos", "secret.x"), "unknown auth type 'kerberos'"),
-        (Auth("oauth", "secret.x", client_id="c"), "auth.token_url: must be https"),
-        (Auth("oauth", "secret.x", token_url="http://idp/t", client_id="c"), "must be https"),
-        (Auth("oauth", "secret.x", token_url="https://idp/t"), "auth.client_id: required"),
+        ({"type": "bearer"}, "auth.secret_ref: required for auth type 'bearer'"),
+        ({"type": "bearer", "secret_ref": "secret.a/b"}, "found '/'"),
+        ({"type": "kerberos", "secret_ref": "secret.x"}, "unknown auth type 'kerberos'"),
+        ({"type": "oauth", "secret_ref": "secret.x", "client_id": "c"}, "auth.token_url: must be https"),
+        (
+            {"type": "oauth", "secret_ref": "secret.x", "token_url": "http://idp/t", "client_id": "c"},
+            "must be https",
+        ),
+        (
+            {"type": "oauth", "secret_ref": "secret.x", "token_url": "https://idp/t"},
+            "auth.client_id: required",
+        ),
     ],
 )
 async def test_malformed_auth_is_a_400_at_plan_time_and_a_tool_error_at_call_time(
-    vault: Vault, auth: Auth, message: str
+    vault: Vault, auth: dict[str, str], message: str
 ) -> None:
-    server = Server("s", "https://s.example.com", auth)
+    """Plugin validation refuses all of these first; the credentials do not rely on it."""
+    entry = unchecked_server("s", "https://s.example.com", **auth)
     creds = VaultCredentials(vault, MemoryCache())
     ctx = run_context(await _org(vault))
     with pytest.raises(InvalidRequest, match=message):
-        await creds.authorize(server, ctx, trusted=True)
+        await creds.authorize(entry, ctx, trusted=True)
     with pytest.raises(McpAuthError, match=message):
-        await creds.auth_headers(server, ctx, trusted=True)
+        await creds.auth_headers(entry, ctx, trusted=True)

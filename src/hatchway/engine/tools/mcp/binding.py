@@ -27,7 +27,7 @@ from hatchway.engine.tools.mcp.egress import check_egress
 from hatchway.engine.tools.mcp.forwarding import forwarded_headers
 from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
 from hatchway.engine.tools.mcp.toolset import McpToolset
-from hatchway.errors import ConfigError, InvalidRequest, PermissionDenied
+from hatchway.errors import ConfigError, InvalidRequest, PermissionDenied, SecretNotFound
 
 if TYPE_CHECKING:
     from hatchway.gateway import Gateway, RunPlan
@@ -80,9 +80,13 @@ class PluginBinding:
         allow_private = gw.settings.allow_private_mcp_urls
         if not bound.trusted:
             await _check_untrusted(bound, allow_private=allow_private)
-        for server in bound.plugin.mcp_servers:
+        for i, server in enumerate(bound.plugin.mcp_servers):
             forwarded_headers(server.forward_headers, ctx.request_headers)  # CR/LF values → 400 now
-            await gw.mcp_credentials.authorize(server, ctx, trusted=bound.trusted)
+            try:
+                await gw.mcp_credentials.authorize(server, ctx, trusted=bound.trusted)
+            except (SecretNotFound, PermissionDenied) as exc:  # name the plugin field, not "name"
+                param = f"mcp_servers[{i}].auth.secret_ref"
+                raise type(exc)(exc.message, param=param, code=exc.code) from None
         client = PluginMcpClient(
             bound.plugin,
             trusted=bound.trusted,

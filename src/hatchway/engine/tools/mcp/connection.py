@@ -44,7 +44,8 @@ class ToolListing:
     """A server's cached ``tools/list``: kept across reconnects, dropped on change or expiry.
 
     It outlives any one session on purpose: a server that is briefly unreachable keeps its tools
-    in front of the model, whose calls then get a readable error instead of vanishing tools.
+    in front of the model, whose calls then get a readable error instead of vanishing tools
+    (``last_known`` serves them when listing again fails after the TTL).
     """
 
     def __init__(self, ttl_seconds: float) -> None:
@@ -57,6 +58,10 @@ class ToolListing:
         if self._tools is not None and time.monotonic() - self._fetched < self.ttl_seconds:
             return self._tools
         return None
+
+    def last_known(self) -> list[types.Tool] | None:
+        """The last listing, however old; None after a ``tools/list_changed`` or before any."""
+        return self._tools
 
     def store(self, tools: list[types.Tool]) -> None:
         self._tools, self._fetched = tools, time.monotonic()
@@ -86,7 +91,10 @@ class McpConnection:
         """Start connecting in the background task; ``ready()`` waits for the outcome.
 
         The task starts in a copy of the caller's context, so the handshake and the session's own
-        background requests carry the headers of the call that opened it.
+        background requests carry the headers of the call that opened it. After that call's token
+        has been refreshed, a background stream that reconnects (a notification stream) still
+        sends it and is refused: change notifications then stop and the listing falls back to its
+        TTL. Calls and listings always carry their own fresh credentials, so tools never vanish.
         """
         loop = asyncio.get_running_loop()
         self._ready = loop.create_future()

@@ -7,6 +7,7 @@ client_credentials from secrets stored per organisation). ``server`` is the plug
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from hatchway.engine.context import RunContext
@@ -23,8 +24,13 @@ class McpCredentials(Protocol):
         obtained; never returns an empty dict for a server whose auth type needs credentials.
         Every secret value used is added to ``ctx.secret_values`` (for redaction)."""
 
-    async def invalidate(self, server: Any, ctx: RunContext) -> None:
-        """The server answered 401: forget cached tokens so the next call fetches a fresh one."""
+    async def invalidate(
+        self, server: Any, ctx: RunContext, *, refused: Mapping[str, str] | None = None
+    ) -> None:
+        """The server answered 401 to ``refused`` (the headers ``auth_headers`` gave that call):
+        forget that cached token so the next call fetches a fresh one. A token other than the
+        refused one (already replaced by a concurrent call) is kept, so N calls refused at once
+        cause one new fetch, not N. Credential failures are never retried by the pool."""
 
 
 class NoCredentials:
@@ -42,5 +48,7 @@ class NoCredentials:
             )
         return {}
 
-    async def invalidate(self, server: Any, ctx: RunContext) -> None:
+    async def invalidate(
+        self, server: Any, ctx: RunContext, *, refused: Mapping[str, str] | None = None
+    ) -> None:
         return None

@@ -6,6 +6,7 @@ call validators and tools with exactly the behaviour the loop's own calls get.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -25,8 +26,9 @@ from hatchway.engine.tools.mcp.forwarding import forwarded_headers
 from hatchway.engine.tools.mcp.http import EgressDenied, RequestScope, request_scope
 from hatchway.engine.tools.mcp.pool import McpServerPool
 from hatchway.engine.tools.mcp.results import to_call_result
-from hatchway.errors import HatchwayError, McpServerError, ToolError, ToolTimeout
+from hatchway.errors import HatchwayError, McpAuthError, McpServerError, ToolError, ToolTimeout
 
+logger = logging.getLogger(__name__)
 T = TypeVar("T")
 Operation = Callable[[McpConnection, RequestScope], Awaitable[T]]
 
@@ -44,6 +46,11 @@ class CallOutcome:
 
 class _Unauthorized(Exception):
     """The server answered 401: the credentials are refreshed and the attempt repeated once."""
+
+    def __init__(self, refused: dict[str, str]) -> None:
+        super().__init__("HTTP 401")
+        self.refused = refused
+        """The headers the server turned down (so only that token is invalidated)."""
 
 
 class _Failed(Exception):
@@ -86,13 +93,20 @@ class PluginMcpClient:
 
     async def list_tools(self, server: McpServerConfig, ctx: RunContext) -> list[types.Tool]:
         """The server's tools (all of them; the toolset applies the allowlist)."""
-        cached = self.pool.listing(server, ctx.org_id, trusted=self.trusted).fresh()
+        listing = self.pool.listing(server, ctx.org_id, trusted=self.trusted)
+        cached = listing.fresh()
         if cached is not None:  # no session needed, even when the server is briefly away
             return cached
         try:
             tools, _ = await self._with_retries(server, ctx, lambda conn, scope: conn.tools(scope))
         except _Failed as failed:
-            raise failed.error from None
+            # The listing expired while the server (or its token endpoint) is failing: keep its
+            # tools in front of the model, whose calls then get the error, rather than drop them.
+            known = listing.last_known()
+            if known is None:
+                raise failed.error from None
+            logger.warning("MCP server %s: listing again failed (%s); kept its last tools", server.id, failed)
+            return known
         return tools
 
     async def call(
@@ -144,7 +158,7 @@ class PluginMcpClient:
         while True:
             try:
                 return await self._attempt(server, ctx, op), retries
-            except _Unauthorized:
+            except _Unauthorized as refused:
                 if reauthorized:
                     error = McpServerError(
                         f"{server.id}: the server rejected the credentials (HTTP 401)",
@@ -152,9 +166,9 @@ class PluginMcpClient:
                     )
                     raise _Failed(error, retries) from None
                 reauthorized = True
-                await self.credentials.invalidate(server, ctx)
+                await self.credentials.invalidate(server, ctx, refused=refused.refused)
             except ToolError as error:
-                if not error.transient or retries >= server.max_retries or ctx.remaining() <= 0:
+                if not _retryable(error) or retries >= server.max_retries or ctx.remaining() <= 0:
                     raise _Failed(error, retries) from None
                 retries += 1
                 await asyncio.sleep(self._backoff(retries, ctx))
@@ -185,12 +199,12 @@ class PluginMcpClient:
                 failure = McpServerError(str(exc), code="mcp_connection_lost", transient=True)
             except MCPError as exc:
                 failure = _protocol_failure(server, exc)
-        if scope.status == 401:
-            raise _Unauthorized
-        failure = _http_failure(server, scope) or failure
+        # An SSE session does not survive a failed POST (the SDK's writer stops), a 401 included.
         if connection is not None and (server.kind == "sse" or connection.lost.is_set() or scope.error):
             await self.pool.discard(connection)
-        raise failure
+        if scope.status == 401:
+            raise _Unauthorized(headers)
+        raise _http_failure(server, scope) or failure
 
     async def _headers(self, server: McpServerConfig, ctx: RunContext) -> dict[str, str]:
         if server.kind == "stdio":
@@ -201,8 +215,14 @@ class PluginMcpClient:
         except ToolError:
             raise
         except HatchwayError as exc:  # a missing secret, a bad header value: not worth retrying
-            raise McpServerError(f"{server.id}: {exc.message}", code=exc.code or "mcp_auth") from None
+            raise McpAuthError(f"{server.id}: {exc.message}", code=exc.code or "mcp_auth") from None
         return {**forwarded, **auth}
+
+
+def _retryable(error: ToolError) -> bool:
+    # A credential failure (vault, token endpoint) is final for this call: the token exchange has
+    # its own timeout and single-flight, and retrying it per call would multiply its load.
+    return error.transient and not isinstance(error, McpAuthError)
 
 
 def _http_failure(server: McpServerConfig, scope: RequestScope) -> ToolError | None:

@@ -90,8 +90,8 @@ class McpToolset(Toolset):
             return ToolResult.error(
                 "tool_error", result.text or "The tool failed.", **meta, outcome="tool_error"
             )
-        if key is not None:
-            await self.cache.set(key, {"text": result.text}, self.cache_ttl_seconds)
+        if key is not None:  # the cache may be Redis: store it scrubbed, as the run record is
+            await self.cache.set(key, {"text": ctx.redact(result.text)}, self.cache_ttl_seconds)
         return ToolResult(output=result.text, meta={**meta, "outcome": "ok"})
 
     def _cache_key(

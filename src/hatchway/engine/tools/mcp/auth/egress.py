@@ -8,13 +8,11 @@ again at connect time would let a DNS answer that changes between the check and 
 
 from __future__ import annotations
 
-import asyncio
-import ipaddress
-import socket
 from dataclasses import dataclass
 
 import httpx
 
+from hatchway.engine.tools.mcp.egress import IpAddress, forbidden_reason, resolve_host
 from hatchway.errors import McpAuthError
 
 
@@ -31,11 +29,12 @@ class PinnedAddress:
         return url.copy_with(host=self.ip), {"Host": host_header}, {"sni_hostname": self.host}
 
 
-def is_public(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """False for loopback, private, link-local (cloud metadata), shared, reserved and multicast."""
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_global and not ip.is_multicast
+def is_public(ip: IpAddress) -> bool:
+    """False for loopback, private, link-local (cloud metadata), shared, reserved and multicast.
+
+    The same rule as the MCP connections of inline plugins (``engine/tools/mcp/egress.py``).
+    """
+    return forbidden_reason(ip) is None
 
 
 async def pin_public_address(url: httpx.URL, *, what: str) -> PinnedAddress:
@@ -43,10 +42,9 @@ async def pin_public_address(url: httpx.URL, *, what: str) -> PinnedAddress:
     host = url.host
     port = url.port or (443 if url.scheme == "https" else 80)
     try:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        addresses = await resolve_host(host, port)
     except OSError as exc:
         raise McpAuthError(f"{what}: cannot resolve host '{host}' ({exc.strerror or exc})") from None
-    addresses = [ipaddress.ip_address(info[4][0]) for info in infos]
     blocked = [str(a) for a in addresses if not is_public(a)]
     if not addresses or blocked:
         raise McpAuthError(

@@ -14,7 +14,7 @@ import base64
 import re
 import ssl
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 from urllib.parse import quote_plus, urlsplit
 
 import httpx
@@ -26,12 +26,18 @@ from hatchway.errors import McpAuthError
 MAX_TOKEN_BODY = 64 * 1024
 DEFAULT_EXPIRES_IN = 300.0
 """Used when the endpoint omits ``expires_in`` (RFC 6749 makes it optional): refetch every 5 min."""
-AUTH_METHODS = ("client_secret_basic", "client_secret_post")
+TokenEndpointAuthMethod = Literal["client_secret_basic", "client_secret_post"]
+"""How the client id and secret reach the token endpoint (RFC 7591 ``token_endpoint_auth_method``)."""
+AUTH_METHODS: tuple[str, ...] = get_args(TokenEndpointAuthMethod)
 _TOKEN_CHARS = re.compile(r"^[\x21-\x7e]+$")  # visible ASCII: safe inside an Authorization header
 
 
 def token_url_problem(url: str) -> str | None:
-    """Why ``url`` cannot be a token endpoint (https only, no credentials in it), or None."""
+    """Why ``url`` cannot be a token endpoint (https only, no credentials in it), or None.
+
+    The one rule for ``auth.token_url``: plugin validation reports it with the field path, and the
+    exchange checks it again before any request.
+    """
     parts = urlsplit(url)
     if parts.scheme != "https":
         return f"must be https (got {url})"
@@ -55,7 +61,7 @@ class ClientCredentials:
     client_id: str
     client_secret: str = field(repr=False)
     scopes: tuple[str, ...] = ()
-    auth_method: str = "client_secret_basic"
+    auth_method: TokenEndpointAuthMethod = "client_secret_basic"
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,8 +39,17 @@ class TokenCache:
         # shield: a caller that gives up (deadline, cancellation) must not cancel the others' fetch
         return await asyncio.shield(flight)
 
-    async def drop(self, key: str) -> None:
-        """Forget the cached token (the server rejected it)."""
+    async def drop(self, key: str, token: str | None = None) -> None:
+        """Forget the cached token (the server rejected it); with ``token``, only if it is that one.
+
+        A call refused with an old token must not evict the fresh one a concurrent call already
+        fetched. (Across replicas the read and the delete are not atomic; the worst case is one
+        extra fetch.)
+        """
+        if token is not None:
+            entry = await self.cache.get(key)
+            if not isinstance(entry, dict) or entry.get("access_token") != token:
+                return
         await self.cache.delete(key)
 
     async def _fetch_once(self, key: str, fetch: Fetch) -> str:

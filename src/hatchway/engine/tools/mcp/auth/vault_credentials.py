@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import ssl
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -104,10 +105,18 @@ class VaultCredentials:
         ctx.secret_values.add(token)
         return {"Authorization": "Bearer " + header_safe(token, f"{what}: the access token")}
 
-    async def invalidate(self, server: Any, ctx: RunContext) -> None:
-        """The server answered 401: drop the cached OAuth token so the retry fetches a new one."""
-        if auth_type(server) == "oauth":
-            await self.tokens.drop(token_key(server, ctx))
+    async def invalidate(
+        self, server: Any, ctx: RunContext, *, refused: Mapping[str, str] | None = None
+    ) -> None:
+        """The server answered 401: drop the cached OAuth token so the retry fetches a new one.
+
+        With ``refused`` (the headers the server turned down) only that token is dropped: calls
+        refused together share one new token instead of each evicting the last one's.
+        """
+        if auth_type(server) != "oauth":
+            return
+        bearer = _bearer_of(refused) if refused is not None else None
+        await self.tokens.drop(token_key(server, ctx), bearer)
 
     async def _secret(self, server: Any, ctx: RunContext) -> Secret:
         secret = await self.vault.get(ctx.org_id, secret_name(server))
@@ -129,11 +138,19 @@ class VaultCredentials:
         pin = None
         if not trusted and not self.allow_private_hosts:
             pin = await pin_public_address(httpx.URL(auth.token_url), what=f"{what}: token_url")
+        # The exchange is part of the tool call: bounded by the server's timeout_ms, like the call.
+        budget = min(ctx.remaining(), getattr(server, "timeout_ms", 10_000) / 1000)
         try:
-            return await self.endpoint.exchange(grant, what=what, budget=ctx.remaining(), pin=pin)
+            return await self.endpoint.exchange(grant, what=what, budget=budget, pin=pin)
         except HatchwayError as exc:
             # The endpoint's own words are already scrubbed of the secret; scrub what the run knows too.
             raise McpAuthError(ctx.redact(exc.message), code=exc.code) from None
+
+
+def _bearer_of(headers: Mapping[str, str]) -> str | None:
+    value = next((v for k, v in headers.items() if k.lower() == "authorization"), "")
+    scheme, _, token = value.partition(" ")
+    return token if scheme.lower() == "bearer" and token else None
 
 
 def _auth_method(auth: Any) -> str:
@@ -143,7 +160,9 @@ def _auth_method(auth: Any) -> str:
 def secret_name(server: Any) -> str:
     """The vault name behind the server's ``auth.secret_ref``; InvalidRequest (400) for a bad auth block.
 
-    Plugin validation catches these first; this keeps a stand-in or a future schema honest.
+    Plugin validation (``config/plugin.py``, with the same ``ref_problem`` / ``token_url_problem``
+    rules) catches these first; checking again keeps an entry that skipped validation from sending
+    a secret anywhere.
     """
     kind, auth = auth_type(server), server.auth
     where = f"MCP server '{server.id}': auth"
