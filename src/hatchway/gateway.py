@@ -6,6 +6,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from hatchway.config.settings import AgentConfig, Settings
 from hatchway.engine.background import BackgroundTasks
@@ -27,6 +28,9 @@ from hatchway.store.logs import LogWriter, RequestLogStore
 from hatchway.store.orgs import OrgStore
 from hatchway.store.responses import ResponseStore, keep_leases
 from hatchway.vault import Vault, load_master_key
+
+if TYPE_CHECKING:
+    from hatchway.jobs import ResponseQueue
 
 logger = logging.getLogger(__name__)
 
@@ -67,8 +71,17 @@ def make_cache(settings: Settings) -> Cache:
     if settings.redis_url:
         from hatchway.store.redis_cache import RedisCache
 
-        return RedisCache(settings.redis_url)
+        return RedisCache(settings.redis_url, prefix=settings.redis_prefix)
     return MemoryCache()
+
+
+def make_queue(settings: Settings) -> ResponseQueue | None:
+    """The job queue of background responses when ``redis_url`` is set; None runs them in-process."""
+    if not settings.redis_url:
+        return None
+    from hatchway.jobs import ResponseQueue
+
+    return ResponseQueue(settings)
 
 
 class Gateway:
@@ -83,7 +96,7 @@ class Gateway:
         self.log_writer = LogWriter(self.db)
         self.vault = Vault(self.db, load_master_key(settings.master_key_file))
         self.models = ModelRouter(settings, secret_lookup=self.vault.system_secret)
-        self.mcp_pool = McpServerPool()
+        self.mcp_pool = McpServerPool(cache=self.cache)
         """Live MCP sessions, shared by every request; closed with the gateway."""
         self.mcp_credentials: McpCredentials = VaultCredentials(
             self.vault, self.cache, allow_private_hosts=settings.allow_private_mcp_urls
@@ -95,6 +108,8 @@ class Gateway:
         )
         self.tasks = BackgroundTasks()
         """Background responses and live streams; cancelled (and recorded as interrupted) on close."""
+        self.jobs = make_queue(settings)
+        """Where background responses go when Redis is configured (any replica or worker runs them)."""
         self.plan_contributors: list[PlanContributor] = [PluginBinding(settings), contribute_subagents]
         """Each feature appends one; ``plan_run`` calls them in order (the MCP plugin first: later
         contributors may use ``plan.mcp``). Plugin files from hatchway.yaml are parsed here, so a
@@ -119,6 +134,8 @@ class Gateway:
         await self.mcp_pool.aclose()
         await self.log_writer.close()
         await self.models.aclose()
+        if self.jobs is not None:
+            await self.jobs.close()
         await self.cache.close()
         await self.db.close()
 

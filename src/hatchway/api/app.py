@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from hatchway.api import chat, health, logs, models, operations, responses, secrets
 from hatchway.api.errors import install_error_handlers
+from hatchway.api.responses_worker import serve_queue
 from hatchway.config.settings import Settings
 from hatchway.gateway import Gateway
 
@@ -20,6 +21,7 @@ def create_app(settings: Settings, *, gateway: Gateway | None = None) -> FastAPI
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await gw.start()
+        gw.tasks.spawn("jobs:worker", serve_queue(gw))  # background responses off the Redis queue
         try:
             yield
         finally:

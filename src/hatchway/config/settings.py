@@ -10,6 +10,7 @@ from typing import Annotated
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from hatchway.config.agents import OperationSettings
+from hatchway.config.background import BackgroundSettings
 from hatchway.config.loading import StrictModel, load_yaml_model
 from hatchway.vault.names import ref_problem
 
@@ -93,6 +94,11 @@ class Settings(StrictModel):
 
     database_url: str = "sqlite+aiosqlite:///./.hatchway/hatchway.db"
     redis_url: str | None = None
+    redis_prefix: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")] = (
+        "hatchway:"
+    )
+    """Prefix of every Redis key and of the job queue's name: replicas of one deployment share it;
+    deployments sharing one Redis need different ones."""
     master_key_file: str = "./.hatchway/master.key"
     providers: Annotated[list[ProviderConfig], Field(min_length=1)]
     models: list[ModelConfig] = Field(default_factory=list)
@@ -107,6 +113,8 @@ class Settings(StrictModel):
     """How long a replica's claim on a running response lasts unless renewed (renewed every third)."""
     operations: OperationSettings = Field(default_factory=OperationSettings)
     """Transactional operations: confirmation TTL, execution lease, extra yes/no words."""
+    background: BackgroundSettings = Field(default_factory=BackgroundSettings)
+    """The Redis job queue of background responses (replicas and ``hatchway worker``)."""
 
     _config_dir: Path = PrivateAttr(default_factory=Path.cwd)
 

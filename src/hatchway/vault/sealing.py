@@ -28,6 +28,11 @@ def data_key_aad(org_id: str) -> bytes:
     return f"hatchway/data-key/v1\0{org_id}".encode()
 
 
+def value_aad(org_id: str, purpose: str) -> bytes:
+    """Associated data of another sealed value of an organisation (what it is for, e.g. a row id)."""
+    return f"hatchway/value/v1\0{org_id}\0{purpose}".encode()
+
+
 def seal(key: bytes, plaintext: bytes, aad: bytes) -> bytes:
     """Encrypt and authenticate ``plaintext`` under ``key`` bound to ``aad``."""
     nonce = os.urandom(NONCE_BYTES)
