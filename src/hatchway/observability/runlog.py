@@ -10,6 +10,9 @@ from hatchway.engine.loop import RunResult
 from hatchway.ids import new_id
 from hatchway.store.tables import RequestLog
 
+RUN_END_KEY = "hatchway.run_end"
+"""``ctx.extras`` key of the callable that closes a run's telemetry (see ``observability/telemetry.py``)."""
+
 
 @dataclass
 class RequestTrace:
@@ -30,7 +33,7 @@ class RequestTrace:
     ) -> RequestLog:
         latency_ms = (time.monotonic() - self.started) * 1000
         usage = result.usage if result is not None else None
-        return RequestLog(
+        record = RequestLog(
             id=self.log_id,
             org_id=self.ctx.principal.org_id,
             key_id=self.ctx.principal.key_id,
@@ -55,3 +58,7 @@ class RequestTrace:
             response_id=self.response_id,
             parent_id=self.parent_id,
         )
+        end_run = self.ctx.extras.pop(RUN_END_KEY, None)
+        if end_run is not None:
+            end_run(record)
+        return record
