@@ -107,7 +107,7 @@ class McpServerReport:
         """The newest failed call per (source, server) among the organisation's recent runs."""
         stmt = (
             select(RequestLog.id, RequestLog.created_at, RequestLog.plugin_source, RequestLog.steps)
-            .where(RequestLog.org_id == org_id, RequestLog.has_tool_calls.is_(True))
+            .where(RequestLog.org_id == org_id, RequestLog.plugin_source.is_not(None))
             .order_by(RequestLog.id.desc())
             .limit(_RECENT_RECORDS)
         )
@@ -117,14 +117,16 @@ class McpServerReport:
         for log_id, created_at, source, steps in rows:
             for step in reversed(steps or []):
                 key = (source or "", str(step.get("server") or ""))
-                if step.get("type") != "tool_call" or step.get("outcome") == "ok" or key in found:
+                kind = step.get("type")
+                if kind not in ("tool_call", "list_tools") or step.get("outcome") == "ok" or key in found:
                     continue
                 found[key] = {
                     "at": int(created_at.timestamp()),
                     "log_id": log_id,
+                    "step": kind,
                     "tool": step.get("tool"),
                     "outcome": step.get("outcome"),
-                    "message": str(step.get("result_preview") or "")[:300],
+                    "message": str(step.get("error") or step.get("result_preview") or "")[:300],
                 }
         return found
 
