@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from hatchway.store.logs import run_links
 from tests.api.test_chat_mcp_loop import log_of, rounds, rule_for, summarise, tool_steps
 from tests.support.gateway import RunningGateway
 from tests.support.leak_scanner import SecretScanner
@@ -65,6 +66,11 @@ def assert_two_round_record(record: dict[str, Any], *, final_tokens: tuple[int, 
     models = [s for s in record["steps"] if s["type"] == "model_call"]
     assert [(s["prompt_tokens"], s["completion_tokens"]) for s in models] == [(10, 5), (20, 9), final_tokens]
     assert all(s["duration_ms"] > 0 for s in record["steps"])
+    starts = [s["started_at_ms"] for s in record["steps"]]
+    first_model_end = starts[0] + models[0]["duration_ms"]
+    assert starts[1] >= first_model_end - 1 and starts[2] >= first_model_end - 1  # tools after the call
+    round_one_end = max(s["started_at_ms"] + s["duration_ms"] for s in record["steps"][1:3])
+    assert starts[3] >= round_one_end - 1 and starts[5] >= starts[4]  # the next round after the tools
     tools = tool_steps(record)
     assert [(s["server"], s["tool"], s["outcome"], s["cached"], s["retries"]) for s in tools] == [
         ("search", "echo", "ok", False, 0),
@@ -262,3 +268,15 @@ def test_time_range_and_cursor_pagination(gateway, llm: ScriptedLLM) -> None:
     assert logs(gateway, since="2000-01-01T00:00:00").json()["data"][0]["id"] == ids[0]  # naive = UTC
     assert logs(gateway, until="2000-01-01T00:00:00Z").json()["data"] == []
     assert len(logs(gateway, since=newest - 3600, until=newest + 3600).json()["data"]) == 5
+
+
+def test_links_collect_operations_and_children_from_the_steps_in_order() -> None:
+    steps = [
+        {"type": "model_call", "round": 1},
+        {"type": "tool_call", "operation_id": "op_2", "operation_status": "AWAITING_CONFIRMATION"},
+        {"type": "tool_call", "child_response_id": "resp_b"},
+        {"type": "tool_call", "operation_id": "op_2"},
+        {"type": "tool_call", "operation_id": "op_1", "child_response_id": None},
+        {"type": "tool_call", "child_response_id": "resp_a"},
+    ]
+    assert run_links(steps) == {"operations": ["op_2", "op_1"], "children": ["resp_b", "resp_a"]}
