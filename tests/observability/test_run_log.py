@@ -252,7 +252,8 @@ def test_bad_log_filters_are_400s_naming_the_parameter(gateway) -> None:
         assert response.json()["error"]["param"] == param
 
 
-def test_time_range_and_cursor_pagination(gateway, llm: ScriptedLLM) -> None:
+def test_time_range_and_cursor_pagination(gateway_factory, database_url: str, llm: ScriptedLLM) -> None:
+    gateway = gateway_factory(database_url=database_url)
     for i in range(5):
         llm.reply(f"answer {i}")
         gateway.client().chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -227,3 +228,37 @@ def test_tracing_is_off_without_configuration(gateway, llm: ScriptedLLM) -> None
     llm.reply("hello")
     gateway.client().chat.completions.create(model="gpt-4o", messages=USER)
     assert gateway.gateway.telemetry.tracing.tracer is None
+
+
+def test_streamed_and_failed_model_calls_have_their_spans(
+    gateway_factory, llm: ScriptedLLM, tracer_provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    gateway = gateway_factory(gateway_options={"tracer_provider": tracer_provider})
+    client = gateway.client()
+    llm.reply("streamed answer", prompt_tokens=5, completion_tokens=3)
+    chunks = list(
+        client.chat.completions.create(
+            model="gpt-4o", messages=USER, stream=True, stream_options={"include_usage": True}
+        )
+    )
+    assert chunks[-1].usage.total_tokens == 8
+    streamed = finished_request_span(exporter, "POST /v1/chat/completions")
+    [model] = [s for s in streamed if s.name == "chat gpt-4o-2024"]
+    assert model.attributes["hatchway.stream"] is True
+    assert model.attributes["gen_ai.usage.output_tokens"] == 3
+    exporter.clear()
+
+    llm.reply(status=503, error="upstream is down")
+    response = httpx.post(
+        f"{gateway.url}/v1/chat/completions",
+        json={"model": "gpt-4o", "messages": USER},
+        headers={"authorization": f"Bearer {gateway.key}"},
+    )
+    assert response.status_code == 502
+    spans = finished_request_span(exporter, "POST /v1/chat/completions")
+    failed_model = only(spans, "chat gpt-4o-2024")
+    assert failed_model.status.status_code is StatusCode.ERROR
+    assert failed_model.attributes["error.type"] == "ProviderStatusError"
+    run = only(spans, "invoke_agent gpt-4o")
+    assert run.status.status_code is StatusCode.ERROR and run.attributes["hatchway.status"] == "error"
+    assert only(spans, "POST /v1/chat/completions").status.status_code is StatusCode.ERROR

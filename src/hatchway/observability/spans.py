@@ -62,12 +62,14 @@ class TracedProvider(ModelProvider):
         span = self._start(req, streaming=True)
         inner = self.inner.stream(req)
         response: ModelResponse | None = None
+        failed = False
         try:
             async for event in inner:
                 if isinstance(event, StreamDone):
                     response = event.response
                 yield event
         except Exception as exc:
+            failed = True
             _failed(span, exc)
             raise
         finally:
@@ -76,8 +78,8 @@ class TracedProvider(ModelProvider):
                 await aclose()
             if response is not None:
                 _answered(span, response)
-            else:
-                span.end()  # no-op when _failed already ended it
+            elif not failed:
+                span.end()  # the consumer stopped early (deadline, client gone)
 
     async def aclose(self) -> None:
         """The inner provider is the gateway's; it closes it."""
