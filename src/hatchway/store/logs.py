@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -16,6 +17,9 @@ from hatchway.store.db import Database
 from hatchway.store.tables import RequestLog
 
 logger = logging.getLogger(__name__)
+
+LOG_STATUSES = ("ok", "error")
+"""``status`` of a record: ``ok`` when the request succeeded (HTTP < 400 and no error), else ``error``."""
 
 
 @dataclass(slots=True)
@@ -42,6 +46,8 @@ class LogWriter:
         self._pending = 0
         self._drained = asyncio.Event()
         self._drained.set()
+        self.observers: list[Callable[[RequestLog], None]] = []
+        """Called with each record as it is submitted (metrics); they must be quick and not raise."""
 
     def start(self) -> None:
         if self._task is None:
@@ -49,6 +55,11 @@ class LogWriter:
 
     def submit(self, record: RequestLog) -> None:
         """Queue one record; returns at once."""
+        for observe in self.observers:
+            try:
+                observe(record)
+            except Exception:  # an observer's bug must never lose the record
+                logger.exception("request log observer failed")
         self._pending += 1
         self._drained.clear()
         self._queue.put_nowait(record)
@@ -166,4 +177,17 @@ def log_to_dict(row: RequestLog) -> dict[str, Any]:
         "error": row.error,
         "response_id": row.response_id,
         "parent_id": row.parent_id,
+        "links": run_links(row.steps or []),
     }
+
+
+def run_links(steps: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Operations the run's tool calls touched and the subagent responses they spawned, in order."""
+    operations: list[str] = []
+    children: list[str] = []
+    for step in steps:
+        if (op := step.get("operation_id")) and op not in operations:
+            operations.append(op)
+        if (child := step.get("child_response_id")) and child not in children:
+            children.append(child)
+    return {"operations": operations, "children": children}
