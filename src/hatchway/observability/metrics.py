@@ -12,7 +12,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from hatchway.store.tables import RequestLog
+from hatchway.store.logs import Record
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -107,7 +107,7 @@ class Metrics:
         children[0].inc()
         children[1].observe(seconds)
 
-    def observe_record(self, record: RequestLog) -> None:
+    def observe_record(self, record: Record) -> None:
         """One run's record: counts, latency, rounds, tokens and its tool calls."""
         model = self._model(record.model)
         route = record.route

@@ -10,7 +10,7 @@ from hatchway.engine.context import RunContext
 from hatchway.engine.loop import RunResult
 from hatchway.engine.tools.base import TOOL_LISTING_FAILURES
 from hatchway.ids import new_id
-from hatchway.store.tables import RequestLog
+from hatchway.store.logs import LogRecord
 
 RUN_END_KEY = "hatchway.run_end"
 """``ctx.extras`` key of the callable that closes a run's telemetry (see ``observability/telemetry.py``)."""
@@ -32,10 +32,10 @@ class RequestTrace:
 
     def to_record(
         self, *, http_status: int, result: RunResult | None = None, error: str | None = None
-    ) -> RequestLog:
+    ) -> LogRecord:
         latency_ms = (time.monotonic() - self.started) * 1000
         usage = result.usage if result is not None else None
-        record = RequestLog(
+        record = LogRecord(
             id=self.log_id,
             org_id=self.ctx.principal.org_id,
             key_id=self.ctx.principal.key_id,

@@ -20,7 +20,7 @@ from hatchway.observability.metrics import Metrics
 from hatchway.observability.runlog import RUN_END_KEY
 from hatchway.observability.spans import TracedProvider, TracedToolset
 from hatchway.observability.tracing import Tracing
-from hatchway.store.tables import RequestLog
+from hatchway.store.logs import Record
 
 if TYPE_CHECKING:
     from hatchway.gateway import RunPlan
@@ -64,7 +64,7 @@ class Telemetry:
         plan.toolsets = [TracedToolset(t, tracer, parent) for t in plan.toolsets]
         return span
 
-    def _run_ended(self, span: Span | None, record: RequestLog) -> None:
+    def _run_ended(self, span: Span | None, record: Record) -> None:
         self.metrics.runs_in_flight.dec()
         if span is None:
             return
@@ -84,6 +84,6 @@ class Telemetry:
             span.set_status(Status(StatusCode.ERROR, f"HTTP {record.http_status}"))
         span.end()
 
-    def observe_record(self, record: RequestLog) -> None:
+    def observe_record(self, record: Record) -> None:
         """Every record the log writer receives feeds the run metrics."""
         self.metrics.observe_record(record)
