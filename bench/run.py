@@ -7,13 +7,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import mcp_rounds, passthrough
+from bench import mcp_rounds, observability_overhead, passthrough
 
 
 def main() -> None:
     passthrough.print_table(passthrough.measure(requests=2000, latency_ms=20.0))
     print()
     mcp_rounds.print_table(mcp_rounds.measure(requests=300, model_latency_ms=20.0, tool_latency_ms=20.0))
+    print()
+    observability_overhead.main()
 
 
 if __name__ == "__main__":

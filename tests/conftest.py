@@ -74,9 +74,13 @@ def gateway_factory(tmp_path: Path, llm: ScriptedLLM) -> Iterator[GatewayFactory
     """``gateway_factory(**config_overrides)`` starts a gateway on the scripted upstream."""
     started: list[RunningGateway] = []
 
-    def make(database_url: str | None = None, **overrides: Any) -> RunningGateway:
+    def make(
+        database_url: str | None = None, *, gateway_options: dict[str, Any] | None = None, **overrides: Any
+    ) -> RunningGateway:
+        """``gateway_options`` go to ``Gateway(...)`` (e.g. an injected ``tracer_provider``)."""
         config = base_config(tmp_path, llm.base_url, database_url, **overrides)
-        gw = RunningGateway(write_config(tmp_path, config, f"hatchway-{len(started)}.yaml")).start()
+        path = write_config(tmp_path, config, f"hatchway-{len(started)}.yaml")
+        gw = RunningGateway(path, **(gateway_options or {})).start()
         started.append(gw)
         return gw
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -22,6 +23,10 @@ from hatchway.engine.tools.mcp.pool import McpServerPool
 from hatchway.engine.tools.operations.store import OperationStore
 from hatchway.engine.tools.subagents import contribute_subagents
 from hatchway.errors import Conflict, ModelNotFound, Unavailable
+from hatchway.observability.metrics import Metrics
+from hatchway.observability.retention import keep_purging_logs
+from hatchway.observability.telemetry import Telemetry
+from hatchway.observability.tracing import Tracing
 from hatchway.store.cache import Cache, MemoryCache
 from hatchway.store.db import Database
 from hatchway.store.logs import LogWriter, RequestLogStore
@@ -30,6 +35,8 @@ from hatchway.store.responses import ResponseStore, keep_leases
 from hatchway.vault import Vault, load_master_key
 
 if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+
     from hatchway.jobs import ResponseQueue
 
 logger = logging.getLogger(__name__)
@@ -87,13 +94,22 @@ def make_queue(settings: Settings) -> ResponseQueue | None:
 class Gateway:
     """Owns every long-lived resource; the API and the CLI both go through it."""
 
-    def __init__(self, settings: Settings, *, cache: Cache | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        cache: Cache | None = None,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
         self.settings = settings
         self.db = Database(settings.database_url)
         self.cache: Cache = cache or make_cache(settings)
         self.orgs = OrgStore(self.db)
         self.logs = RequestLogStore(self.db)
         self.log_writer = LogWriter(self.db)
+        self.telemetry = Telemetry(Metrics(), Tracing.from_settings(settings, tracer_provider))
+        """Prometheus series (a registry of this gateway's own) and, when configured, OTel spans."""
+        self.log_writer.observers.append(self.telemetry.observe_record)
         self.vault = Vault(self.db, load_master_key(settings.master_key_file))
         self.models = ModelRouter(settings, secret_lookup=self.vault.system_secret)
         self.mcp_pool = McpServerPool(cache=self.cache)
@@ -127,12 +143,22 @@ class Gateway:
         self.log_writer.start()
         await self.responses.fail_expired(RUN_LOST)
         self.tasks.spawn("responses:leases", keep_leases(self.responses, self.tasks, RUN_LOST))
+        self.tasks.spawn(
+            "logs:retention",
+            keep_purging_logs(
+                self.db,
+                self.cache,
+                retention_days=self.settings.log_retention_days,
+                interval_seconds=self.settings.log_purge_interval_seconds,
+            ),
+        )
         self._started = True
 
     async def close(self) -> None:
         await self.tasks.close()
         await self.mcp_pool.aclose()
         await self.log_writer.close()
+        await asyncio.to_thread(self.telemetry.tracing.shutdown)  # flushes spans over HTTP: off the loop
         await self.models.aclose()
         if self.jobs is not None:
             await self.jobs.close()
@@ -174,4 +200,5 @@ class Gateway:
             ctx.agent = agent.name
         for contribute in self.plan_contributors:
             await contribute(self, plan, ctx, headers)
+        self.telemetry.instrument(plan, ctx)  # last: it wraps what the contributors bound
         return plan

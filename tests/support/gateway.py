@@ -42,10 +42,10 @@ async def create_org_key(database_url: str, org_name: str | None = None) -> OrgK
 class RunningGateway:
     """A live gateway; ``client()`` gives an official ``openai`` client pointed at it."""
 
-    def __init__(self, config_path: Path) -> None:
+    def __init__(self, config_path: Path, **gateway_options: Any) -> None:
         self.config_path = config_path
         self.settings = load_settings(config_path)
-        self.gateway = Gateway(self.settings)
+        self.gateway = Gateway(self.settings, **gateway_options)
         self.server = ServerThread(create_app(self.settings, gateway=self.gateway))
         self.org: OrgKey | None = None
         self._clients: list[openai.OpenAI] = []

@@ -7,11 +7,24 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from hatchway.api import chat, health, logs, models, operations, responses, secrets
+from hatchway.api import (
+    chat,
+    health,
+    logs,
+    mcp_servers,
+    metrics,
+    models,
+    operations,
+    response_tree,
+    responses,
+    secrets,
+)
 from hatchway.api.errors import install_error_handlers
 from hatchway.api.responses_worker import serve_queue
+from hatchway.api.ui import mount_dashboard
 from hatchway.config.settings import Settings
 from hatchway.gateway import Gateway
+from hatchway.observability.middleware import ObservabilityMiddleware
 
 
 def create_app(settings: Settings, *, gateway: Gateway | None = None) -> FastAPI:
@@ -30,6 +43,9 @@ def create_app(settings: Settings, *, gateway: Gateway | None = None) -> FastAPI
     app = FastAPI(title="Hatchway", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.gateway = gw
     install_error_handlers(app)
-    for module in (health, models, chat, logs, operations, responses, secrets):
+    for module in (health, metrics, models, chat, logs, operations, response_tree, responses, secrets):
         app.include_router(module.router)
+    app.include_router(mcp_servers.router)
+    mount_dashboard(app)
+    app.add_middleware(ObservabilityMiddleware, metrics=gw.telemetry.metrics, tracing=gw.telemetry.tracing)
     return app

@@ -2,16 +2,57 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 
 from hatchway.api.auth import authenticate, gateway_of
 from hatchway.engine.context import Principal
-from hatchway.store.logs import LogQuery, log_to_dict
+from hatchway.errors import InvalidRequest
+from hatchway.store.logs import LOG_STATUSES, LogQuery, log_to_dict
 
 router = APIRouter()
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    """Times without an offset are read as UTC."""
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+def log_query(
+    *,
+    has_tool_calls: bool | None,
+    model: str | None,
+    status: str | None,
+    on_behalf_of: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    after: str | None,
+    limit: int,
+) -> LogQuery:
+    """The filters, checked: a bad one is a 400 naming the parameter."""
+    if status is not None and status not in LOG_STATUSES:
+        raise InvalidRequest(
+            f"status: must be one of {', '.join(LOG_STATUSES)} (got {status!r})", param="status"
+        )
+    since, until = _utc(since), _utc(until)
+    if since is not None and until is not None and since >= until:
+        raise InvalidRequest("until: must be later than since", param="until")
+    if after is not None and not after.startswith("log_"):
+        raise InvalidRequest("after: must be a request log id (log_…) from a previous page", param="after")
+    return LogQuery(
+        has_tool_calls=has_tool_calls,
+        model=model,
+        status=status,
+        on_behalf_of=on_behalf_of,
+        since=since,
+        until=until,
+        after=after,
+        limit=limit,
+    )
 
 
 @router.get("/v1/logs")
@@ -19,17 +60,16 @@ async def list_logs(
     request: Request,
     principal: Annotated[Principal, Depends(authenticate)],
     has_tool_calls: bool | None = None,
-    model: str | None = None,
+    model: Annotated[str | None, Query(max_length=256)] = None,
     status: str | None = None,
-    on_behalf_of: str | None = None,
+    on_behalf_of: Annotated[str | None, Query(max_length=256)] = None,
     since: datetime | None = None,
     until: datetime | None = None,
-    after: str | None = None,
+    after: Annotated[str | None, Query(max_length=40)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> dict[str, Any]:
-    gw = gateway_of(request)
-    await gw.log_writer.flush()  # read-your-writes on this replica
-    query = LogQuery(
+    """Newest first; pass ``last_id`` back as ``after`` for the next page."""
+    query = log_query(
         has_tool_calls=has_tool_calls,
         model=model,
         status=status,
@@ -39,6 +79,8 @@ async def list_logs(
         after=after,
         limit=limit + 1,
     )
+    gw = gateway_of(request)
+    await gw.log_writer.flush()  # read-your-writes on this replica
     rows = await gw.logs.list(principal.org_id, query)
     page = rows[:limit]
     return {

@@ -89,6 +89,15 @@ class AgentConfig(StrictModel):
     subagents: SubagentSettings = Field(default_factory=SubagentSettings)
 
 
+class OtelSettings(StrictModel):
+    """OpenTelemetry export; off unless an endpoint is set here or in ``OTEL_EXPORTER_OTLP_ENDPOINT``."""
+
+    endpoint: str | None = None
+    """OTLP/HTTP base URL (``http://collector:4318``); ``/v1/traces`` is appended."""
+    service_name: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+
+
 class Settings(StrictModel):
     """The whole of hatchway.yaml. Every key but ``providers`` is optional."""
 
@@ -109,6 +118,9 @@ class Settings(StrictModel):
     loop_deadline_seconds: Annotated[float, Field(gt=0)] = 120.0
     max_tool_result_chars: Annotated[int, Field(ge=256)] = 20_000
     log_retention_days: Annotated[int, Field(ge=1)] = 30
+    log_purge_interval_seconds: Annotated[float, Field(gt=0)] = 3600.0
+    """How often a replica looks for request-log records past ``log_retention_days``."""
+    otel: OtelSettings = Field(default_factory=OtelSettings)
     response_lease_seconds: Annotated[float, Field(gt=0)] = 30.0
     """How long a replica's claim on a running response lasts unless renewed (renewed every third)."""
     operations: OperationSettings = Field(default_factory=OperationSettings)

@@ -337,11 +337,12 @@ class AgentLoop:
             raise _DeadlinePassed
 
     async def _timed_call(self, call: FunctionCall, ctx: RunContext) -> tuple[ToolResult, float]:
-        started = time.monotonic()
+        started, started_at = time.monotonic(), time.time()
         try:
             tool_result = await self.router.call(call, ctx)
         except Exception as exc:  # a failing tool never crashes the loop
             tool_result = ToolResult.error("tool_failed", f"{type(exc).__name__}: {exc}")
+        tool_result.meta["started_at_ms"] = round(started_at * 1000, 1)  # the run log's waterfall
         return tool_result, (time.monotonic() - started) * 1000
 
     def _fit(self, output: str) -> str:
@@ -379,10 +380,12 @@ async def _before_deadline(awaitable: Any, ctx: RunContext) -> Any:
 def _model_step(
     round_no: int, started: float, response: ModelResponse | None, outcome: str
 ) -> dict[str, Any]:
+    elapsed = time.monotonic() - started
     step: dict[str, Any] = {
         "type": "model_call",
         "round": round_no,
-        "duration_ms": round((time.monotonic() - started) * 1000, 3),
+        "started_at_ms": round((time.time() - elapsed) * 1000, 1),
+        "duration_ms": round(elapsed * 1000, 3),
         "outcome": outcome,
     }
     if response is not None:

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from hatchway.engine.context import RunContext
 from hatchway.engine.loop import RunResult
+from hatchway.engine.tools.base import TOOL_LISTING_FAILURES
 from hatchway.ids import new_id
-from hatchway.store.tables import RequestLog
+from hatchway.store.logs import LogRecord
+
+RUN_END_KEY = "hatchway.run_end"
+"""``ctx.extras`` key of the callable that closes a run's telemetry (see ``observability/telemetry.py``)."""
 
 
 @dataclass
@@ -27,10 +32,10 @@ class RequestTrace:
 
     def to_record(
         self, *, http_status: int, result: RunResult | None = None, error: str | None = None
-    ) -> RequestLog:
+    ) -> LogRecord:
         latency_ms = (time.monotonic() - self.started) * 1000
         usage = result.usage if result is not None else None
-        return RequestLog(
+        record = LogRecord(
             id=self.log_id,
             org_id=self.ctx.principal.org_id,
             key_id=self.ctx.principal.key_id,
@@ -50,8 +55,26 @@ class RequestTrace:
             rounds=result.rounds if result is not None else 0,
             max_rounds_hit=result.max_rounds_hit if result is not None else False,
             has_tool_calls=result.has_tool_calls if result is not None else False,
-            steps=result.steps if result is not None else [],
+            steps=[*self._listing_steps(), *(result.steps if result is not None else [])],
             error=self.ctx.redact(error) if error else None,
             response_id=self.response_id,
             parent_id=self.parent_id,
         )
+        end_run = self.ctx.extras.pop(RUN_END_KEY, None)
+        if end_run is not None:
+            end_run(record)
+        return record
+
+    def _listing_steps(self) -> list[dict[str, Any]]:
+        """A ``list_tools`` step for each server whose tools the run could not list (it ran without them)."""
+        failures = self.ctx.extras.get(TOOL_LISTING_FAILURES) or []
+        return [
+            {
+                "type": "list_tools",
+                "round": 1,
+                "server": f["server"],
+                "outcome": "error",
+                "error": f["message"],
+            }
+            for f in failures
+        ]

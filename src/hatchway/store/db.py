@@ -20,6 +20,9 @@ _MIGRATION_LOCK_ID = 0x4A7C_0001  # PostgreSQL advisory lock: one replica migrat
 def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
+    # In WAL mode NORMAL never corrupts the database and survives a process crash; only an OS crash
+    # or power loss can drop the last commits. FULL would fsync on every commit (every log batch).
+    cur.execute("PRAGMA synchronous=NORMAL")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.execute("PRAGMA busy_timeout=10000")
     cur.close()

@@ -5,17 +5,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 
 from hatchway.errors import NotFound
 from hatchway.store.db import Database
-from hatchway.store.tables import RequestLog
+from hatchway.store.tables import RequestLog, utcnow
 
 logger = logging.getLogger(__name__)
+
+LOG_STATUSES = ("ok", "error")
+"""``status`` of a record: ``ok`` when the request succeeded (HTTP < 400 and no error), else ``error``."""
 
 
 @dataclass(slots=True)
@@ -31,24 +35,67 @@ class LogQuery:
     limit: int = 50
 
 
+@dataclass(slots=True)
+class LogRecord:
+    """One request-log row as the request path builds it: a plain object (cheaper than an ORM instance),
+    written by ``LogWriter`` with a bulk insert. Attribute names are the ``request_logs`` columns."""
+
+    id: str
+    org_id: str
+    route: str
+    status: str
+    http_status: int
+    latency_ms: float
+    key_id: str | None = None
+    key_name: str | None = None
+    on_behalf_of: str | None = None
+    model: str | None = None
+    agent: str | None = None
+    plugin_source: str | None = None
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    rounds: int = 0
+    max_rounds_hit: bool = False
+    has_tool_calls: bool = False
+    steps: list[Any] = field(default_factory=list)
+    error: str | None = None
+    response_id: str | None = None
+    parent_id: str | None = None
+    created_at: datetime = field(default_factory=utcnow)
+
+
+Record = LogRecord | RequestLog
+
+
 class LogWriter:
     """Queues records and inserts them in batches; ``flush()`` waits until all queued ones are stored."""
 
-    def __init__(self, db: Database, *, batch_size: int = 200) -> None:
+    def __init__(self, db: Database, *, batch_size: int = 200, linger_seconds: float = 0.01) -> None:
         self.db = db
         self.batch_size = batch_size
-        self._queue: asyncio.Queue[RequestLog] = asyncio.Queue()
+        self.linger_seconds = linger_seconds
+        """How long the writer waits for more records before writing a lone one (fewer transactions)."""
+        self._queue: asyncio.Queue[Record] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._pending = 0
         self._drained = asyncio.Event()
         self._drained.set()
+        self.observers: list[Callable[[Record], None]] = []
+        """Called with each record as it is submitted (metrics); they must be quick and not raise."""
 
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._drain(), name="hatchway-log-writer")
 
-    def submit(self, record: RequestLog) -> None:
+    def submit(self, record: Record) -> None:
         """Queue one record; returns at once."""
+        for observe in self.observers:
+            try:
+                observe(record)
+            except Exception:  # an observer's bug must never lose the record
+                logger.exception("request log observer failed")
         self._pending += 1
         self._drained.clear()
         self._queue.put_nowait(record)
@@ -70,7 +117,7 @@ class LogWriter:
         while not self._queue.empty():
             await self._write(self._take())
 
-    def _take(self) -> list[RequestLog]:
+    def _take(self) -> list[Record]:
         batch = []
         while not self._queue.empty() and len(batch) < self.batch_size:
             batch.append(self._queue.get_nowait())
@@ -79,6 +126,8 @@ class LogWriter:
     async def _drain(self) -> None:
         while True:
             batch = [await self._queue.get()]
+            if self._queue.empty() and self.linger_seconds:
+                await asyncio.sleep(self.linger_seconds)
             batch.extend(self._take())
             write = asyncio.ensure_future(self._write(batch))
             try:
@@ -87,12 +136,13 @@ class LogWriter:
                 await write  # finish the batch in flight; close() writes the rest
                 raise
 
-    async def _write(self, batch: list[RequestLog]) -> None:
+    async def _write(self, batch: list[Record]) -> None:
         if not batch:
             return
         try:
+            # A bulk INSERT of plain rows: no unit-of-work bookkeeping for objects nobody reads back.
             async with self.db.session() as s:
-                s.add_all(batch)
+                await s.execute(insert(RequestLog), [_row(record) for record in batch])
         except Exception:
             logger.exception("could not store %d request log record(s)", len(batch))
         finally:
@@ -100,6 +150,20 @@ class LogWriter:
             if self._pending <= 0:
                 self._pending = 0
                 self._drained.set()
+
+
+_COLUMNS = [(c.key, c.default) for c in RequestLog.__table__.columns]
+
+
+def _row(record: Record) -> dict[str, Any]:
+    """The record's column values, with column defaults for what was left unset."""
+    row = {}
+    for key, default in _COLUMNS:
+        value = getattr(record, key)
+        if value is None and default is not None:
+            value = default.arg(None) if default.is_callable else default.arg  # type: ignore[attr-defined]
+        row[key] = value
+    return row
 
 
 class RequestLogStore:
@@ -166,4 +230,17 @@ def log_to_dict(row: RequestLog) -> dict[str, Any]:
         "error": row.error,
         "response_id": row.response_id,
         "parent_id": row.parent_id,
+        "links": run_links(row.steps or []),
     }
+
+
+def run_links(steps: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Operations the run's tool calls touched and the subagent responses they spawned, in order."""
+    operations: list[str] = []
+    children: list[str] = []
+    for step in steps:
+        if (op := step.get("operation_id")) and op not in operations:
+            operations.append(op)
+        if (child := step.get("child_response_id")) and child not in children:
+            children.append(child)
+    return {"operations": operations, "children": children}

@@ -62,7 +62,10 @@ class RequestLog(Base):
     """One record per request: the foundation fills the summary, the loop adds rounds and steps."""
 
     __tablename__ = "request_logs"
-    __table_args__ = (Index("ix_request_logs_org_id_id", "org_id", "id"),)
+    __table_args__ = (
+        Index("ix_request_logs_org_id_id", "org_id", "id"),
+        Index("ix_request_logs_created_at", "created_at"),  # retention purge (0005_observability)
+    )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     org_id: Mapped[str] = mapped_column(String(40))

@@ -11,6 +11,10 @@ import orjson
 from hatchway.engine.context import RunContext
 from hatchway.engine.items import FunctionCall, Item, ToolSpec
 
+TOOL_LISTING_FAILURES = "hatchway.tool_listing_failures"
+"""``ctx.extras`` key: toolsets append ``{"server", "message"}`` for each server whose tools could not
+be listed, so the run log shows which server was missing from the run and why."""
+
 
 @dataclass(slots=True)
 class Interruption:

@@ -1,0 +1,132 @@
+"""Prometheus metrics: one ``CollectorRegistry`` per gateway, fed by the ASGI middleware and the run log.
+
+The HTTP series come from ``MetricsMiddleware`` (route template, method, status). Everything about
+runs (model, rounds, tokens, tool calls, cache hits) is read from the request-log record each run
+produces, so nothing is counted twice and the loop carries no metrics code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from hatchway.store.logs import Record
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+_ROUND_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50)
+_MAX_LABEL_VALUES = 200
+OTHER = "other"
+
+
+class BoundedLabel:
+    """Keeps a label's values few: the first ``limit`` distinct values, then ``other``.
+
+    Model and tool names come from clients and models; without a bound one caller could create
+    a series per request.
+    """
+
+    def __init__(self, limit: int = _MAX_LABEL_VALUES) -> None:
+        self.limit = limit
+        self._seen: set[str] = set()
+
+    def __call__(self, value: str | None) -> str:
+        value = (value or "none")[:128]
+        if value in self._seen:
+            return value
+        if len(self._seen) >= self.limit:
+            return OTHER
+        self._seen.add(value)
+        return value
+
+
+class Metrics:
+    """The gateway's series; ``exposition()`` renders them for ``GET /metrics``."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.http_requests = Counter(
+            "hatchway_http_requests", "HTTP requests served.", ["route", "method", "status"], registry=r
+        )
+        self.http_latency = Histogram(
+            "hatchway_http_request_duration_seconds",
+            "Time to serve an HTTP request (to the last byte of a stream).",
+            ["route", "method", "status"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.runs = Counter(
+            "hatchway_runs",
+            "Requests that ran a model (one per run log record).",
+            ["route", "model", "status"],
+            registry=r,
+        )
+        self.run_latency = Histogram(
+            "hatchway_run_duration_seconds",
+            "Run latency, by route, model and status.",
+            ["route", "model", "status"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.rounds = Histogram(
+            "hatchway_run_rounds",
+            "Model rounds per run.",
+            ["route", "model"],
+            buckets=_ROUND_BUCKETS,
+            registry=r,
+        )
+        self.tokens = Counter("hatchway_tokens", "Tokens, summed over rounds.", ["model", "type"], registry=r)
+        self.tool_calls = Counter(
+            "hatchway_tool_calls", "Tool calls run by the gateway.", ["server", "tool", "outcome"], registry=r
+        )
+        self.tool_cache_hits = Counter(
+            "hatchway_tool_cache_hits",
+            "Tool calls answered from the tool result cache.",
+            ["server", "tool"],
+            registry=r,
+        )
+        self.runs_in_flight = Gauge(
+            "hatchway_runs_in_flight", "Runs in progress on this process.", registry=r
+        )
+        self._model = BoundedLabel()
+        self._tool = BoundedLabel()
+        self._server = BoundedLabel()
+        self._http_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+
+    def observe_http(self, route: str, method: str, status: int, seconds: float) -> None:
+        """One HTTP request; label children are cached so the hot path is two method calls."""
+        key = (route, method, status)
+        children = self._http_children.get(key)
+        if children is None:
+            labels = (route, method, str(status))
+            children = (self.http_requests.labels(*labels), self.http_latency.labels(*labels))
+            self._http_children[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
+
+    def observe_record(self, record: Record) -> None:
+        """One run's record: counts, latency, rounds, tokens and its tool calls."""
+        model = self._model(record.model)
+        route = record.route
+        self.runs.labels(route, model, record.status).inc()
+        self.run_latency.labels(route, model, record.status).observe((record.latency_ms or 0) / 1000)
+        if record.rounds:
+            self.rounds.labels(route, model).observe(record.rounds)
+        if record.prompt_tokens:
+            self.tokens.labels(model, "input").inc(record.prompt_tokens)
+        if record.completion_tokens:
+            self.tokens.labels(model, "output").inc(record.completion_tokens)
+        for step in record.steps or ():
+            if step.get("type") != "tool_call":
+                continue
+            server = self._server(step.get("server"))
+            tool = self._tool(str(step.get("tool") or step.get("name") or ""))
+            self.tool_calls.labels(server, tool, str(step.get("outcome") or "ok")).inc()
+            if step.get("cached"):
+                self.tool_cache_hits.labels(server, tool).inc()
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,71 @@
+// A run's steps as a waterfall: one row per model call and tool call, bars placed by start time.
+
+import { h, ms } from "./dom.js";
+
+function label(step) {
+  if (step.type === "model_call") return `Model call · round ${step.round}`;
+  if (step.type === "list_tools") return `List tools · ${step.server}`;
+  const where = step.server ? `${step.server} › ${step.tool}` : step.tool || step.name;
+  return `Tool ${where} · round ${step.round}`;
+}
+
+/** Start offsets (ms from the run's first step); older records without times are laid end to end. */
+function offsets(steps) {
+  const starts = steps.map((s) => s.started_at_ms).filter((v) => typeof v === "number");
+  if (starts.length === steps.length && steps.length) {
+    const first = Math.min(...starts);
+    return steps.map((s) => s.started_at_ms - first);
+  }
+  let cursor = 0;
+  return steps.map((s) => {
+    const at = cursor;
+    cursor += s.duration_ms || 0;
+    return at;
+  });
+}
+
+function details(step) {
+  if (step.type === "model_call") {
+    const calls = step.tool_calls?.length ? `; asked for ${step.tool_calls.join(", ")}` : "";
+    return `${step.prompt_tokens ?? 0} tokens in, ${step.completion_tokens ?? 0} out; finish ${step.finish_reason ?? step.outcome}${calls}`;
+  }
+  if (step.type === "list_tools") return `tools not listed: ${step.error}`;
+  const flags = [step.outcome, step.cached ? "cached" : null, step.retries ? `${step.retries} retries` : null];
+  return flags.filter(Boolean).join(" · ");
+}
+
+export function waterfall(steps, labelledBy) {
+  if (!steps.length) return h("p", { class: "empty" }, "This request recorded no steps.");
+  const at = offsets(steps);
+  const total = Math.max(1, ...steps.map((s, i) => at[i] + (s.duration_ms || 0)));
+  const legend = h(
+    "div",
+    { class: "legend", "aria-hidden": "true" },
+    h("span", {}, h("span", { class: "swatch", style: { background: "var(--model)" } }), "model call"),
+    h("span", {}, h("span", { class: "swatch", style: { background: "var(--tool)" } }), "tool call"),
+    h("span", {}, `total ${ms(total)}`),
+  );
+  const rows = steps.map((step, i) => {
+    const failed = step.outcome && step.outcome !== "ok";
+    const bar = h("div", {
+      class: `bar ${step.type}${failed ? " failed" : ""}`,
+      style: { left: `${(at[i] / total) * 100}%`, width: `${((step.duration_ms || 0) / total) * 100}%` },
+      title: `${label(step)}: ${ms(step.duration_ms)}`,
+    });
+    const more = [];
+    if (step.type === "tool_call") {
+      more.push(h("div", {}, "Arguments"), h("pre", {}, step.arguments || ""));
+      more.push(h("div", {}, "Result preview"), h("pre", {}, step.result_preview || ""));
+      if (step.operation_id) more.push(h("div", {}, "Operation ", h("code", {}, step.operation_id)));
+      if (step.child_response_id) more.push(h("div", {}, "Subagent response ", h("code", {}, step.child_response_id)));
+    }
+    return h(
+      "li",
+      { "aria-label": `${label(step)}, ${ms(step.duration_ms)}, ${details(step)}` },
+      h("div", { class: "label" }, h("strong", {}, label(step)), h("div", { class: "muted" }, `${ms(step.duration_ms)} · ${details(step)}`)),
+      h("div", { class: "track", "aria-hidden": "true" }, bar),
+      more.length ? h("details", {}, h("summary", {}, "Details"), more) : null,
+    );
+  });
+  return h("div", {}, legend, h("ol", { class: "waterfall", "aria-labelledby": labelledBy }, rows));
+}
