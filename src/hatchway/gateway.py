@@ -126,13 +126,14 @@ class Gateway:
         """Background responses and live streams; cancelled (and recorded as interrupted) on close."""
         self.jobs = make_queue(settings)
         """Where background responses go when Redis is configured (any replica or worker runs them)."""
-        self.plan_contributors: list[PlanContributor] = [PluginBinding(settings), contribute_subagents]
+        plugins = PluginBinding(settings)
+        self.plan_contributors: list[PlanContributor] = [plugins, contribute_subagents]
         """Each feature appends one; ``plan_run`` calls them in order (the MCP plugin first: later
         contributors may use ``plan.mcp``). Plugin files from hatchway.yaml are parsed here, so a
         broken one stops the start (ConfigError)."""
         self.operations = OperationStore(self.db, lease_seconds=settings.operations.execution_lease_seconds)
-        self.operation_callers: OperationCallerFactory | None = None
-        """Set by the MCP feature: how ``operation_caller`` reaches an agent's servers."""
+        self.operation_callers: OperationCallerFactory | None = plugins.agent_caller
+        """How ``operation_caller`` reaches an agent's servers (the MCP pool, through its plugin)."""
         self._agents = {a.name: a for a in settings.agents}
         self._started = False
 

@@ -50,11 +50,15 @@ async def run_queued(gw: Gateway, org_id: str, response_id: str) -> None:
         await gw.responses.finish(response_id, Outcome(status="failed", output=[], error=error))
         return
     # Registered with the gateway's tasks so a cancel seen at lease renewal, or shutdown, stops it.
+    logger.info("running background response %s", response_id)
     task = gw.tasks.spawn(record.id, runner.run_background(run))
     try:
         await asyncio.shield(task)
-    except asyncio.CancelledError:  # the queue aborted the job (cancelled elsewhere) or shutdown
-        task.cancel()
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and not current.cancelling():
+            return  # the run was stopped from inside (a cancel seen at lease renewal): the job is done
+        task.cancel()  # the queue aborted the job (cancelled elsewhere), or the worker is stopping
         with contextlib.suppress(asyncio.CancelledError):
             await task
         raise

@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING
 import yaml
 
 from hatchway.config.plugin import PluginConfig, load_plugin, parse_plugin
-from hatchway.config.settings import Settings
+from hatchway.config.settings import AgentConfig, Settings
 from hatchway.engine.context import RunContext
 from hatchway.engine.tools.mcp.egress import check_egress
 from hatchway.engine.tools.mcp.forwarding import forwarded_headers
 from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
 from hatchway.engine.tools.mcp.toolset import McpToolset
-from hatchway.errors import ConfigError, InvalidRequest, PermissionDenied, SecretNotFound
+from hatchway.errors import ConfigError, Conflict, InvalidRequest, PermissionDenied, SecretNotFound
 
 if TYPE_CHECKING:
     from hatchway.gateway import Gateway, RunPlan
@@ -104,6 +104,19 @@ class PluginBinding:
         )
         plan.stream_mode = agent.stream_mode
         plan.plugin_source = bound.source
+
+    async def agent_caller(self, gw: Gateway, agent: AgentConfig, ctx: RunContext) -> PluginMcpClient:
+        """The MCP client of ``agent``'s plugin outside a run (``Gateway.operation_callers``: a
+        confirmation through ``POST /v1/operations/{id}/confirm`` executes with it)."""
+        plugin = self._agents.get(agent.name)
+        if plugin is None:
+            raise Conflict(
+                f"The agent '{agent.name}' has no plugin, so its operations cannot be executed.",
+                code="agent_without_plugin",
+            )
+        for server in plugin.mcp_servers:
+            await gw.mcp_credentials.authorize(server, ctx, trusted=True)
+        return PluginMcpClient(plugin, trusted=True, pool=gw.mcp_pool, credentials=gw.mcp_credentials)
 
     def select(self, plan: RunPlan, headers: Mapping[str, str]) -> BoundPlugin | None:
         """The plugin for this request: the agent's own, else the inline header, else a routing rule."""
