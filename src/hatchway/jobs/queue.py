@@ -78,4 +78,8 @@ class ResponseQueue:
         await self.queue.redis.ping()
 
     async def close(self) -> None:
-        await self.queue.disconnect()
+        try:
+            await self.queue.disconnect()
+        except Exception as exc:  # Redis gone: SAQ's unsubscribe cannot reach it; drop the connections
+            logger.info("job queue: closing without Redis (%s)", type(exc).__name__)
+            await self.queue.redis.connection_pool.disconnect()
