@@ -5,6 +5,7 @@ replica continues on another. A running response belongs to the replica named in
 long as its ``lease_expires_at`` lies in the future; the owner renews its leases periodically
 (``renew_leases``), and any replica fails responses whose lease has expired (``fail_expired``) —
 that is how a run cut short by a crash or a restart ends as ``failed`` instead of ``in_progress``.
+A response waiting on the job queue (Redis) has no owner and no lease until a worker ``start``s it.
 Terminal writes are conditional (``WHERE status IN ('queued', 'in_progress')``), so a cancel that
 lands first always wins over a run finishing later on any replica.
 """
