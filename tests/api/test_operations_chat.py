@@ -254,3 +254,24 @@ def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_without_a_session_only_the_confirm_endpoint_confirms(
+    agent_gateway: RunningGateway, contas: RunningContas
+) -> None:
+    raw = chat(agent_gateway, [{"role": "user", "content": ASK}], session=None)
+    assert raw.parse().choices[0].message.content == QUESTION
+    op_id = raw.headers["x-hatchway-operation-id"]
+    turn_2 = [{"role": "user", "content": ASK}, {"role": "assistant", "content": QUESTION}]
+    unbound = chat(agent_gateway, [*turn_2, {"role": "user", "content": "sim"}], session=None)
+    assert unbound.parse().choices[0].message.content == "Posso ajudar em algo mais?"
+    assert contas.backend.stats()["total_executions"] == 0
+
+    confirmed = httpx.post(
+        f"{agent_gateway.url}/v1/operations/{op_id}/confirm",
+        headers={"authorization": f"Bearer {agent_gateway.key}", "X-On-Behalf-Of": "ana"},
+        json={"confirm": True},
+        timeout=30,
+    )
+    assert confirmed.status_code == 200 and confirmed.json()["verdict"]["status"] == "PARTIAL_SUCCESS"
+    assert confirmed.json()["confirmed_via"] == "api" and contas.backend.executions == {op_id: 1}
