@@ -3,6 +3,11 @@
 ``TokenEndpoint.behaviour`` decides each answer (``ok``, ``status_500``, ``hang``, ``oversized``,
 ``oversized_chunked``, ``no_token``, ``redirect``, ``mac_token``); every request's headers and form
 are kept in ``requests``. ``gate`` (a threading.Event) holds ``ok`` answers until the test opens it.
+
+With ``public_key`` set (a PEM public key) the endpoint is a ``private_key_jwt`` client: every
+request must carry an RFC 7523 client assertion that verifies against that key, with ``iss`` and
+``sub`` equal to ``client_id`` and ``aud`` equal to ``audience`` (the token URL by default); it
+answers 401 ``invalid_client`` otherwise. Verified assertions are kept in ``assertions``.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_plus
 
+import jwt
 import trustme
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -53,6 +59,12 @@ class TokenEndpoint:
     redirect_hits: int = 0
     issued: list[str] = field(default_factory=list)
     """Every access token handed out, in order (unique per endpoint, so a leak scan can look for them)."""
+    public_key: str | None = None
+    client_id: str | None = None
+    audience: str | None = None
+    assertions: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
+    """(header, claims) of every client assertion that verified."""
+    rejections: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.ca = trustme.CA()
@@ -96,7 +108,31 @@ class TokenEndpoint:
     async def _token(self, request: Request) -> Response:
         form = {k: str(v) for k, v in (await request.form()).items()}
         self.requests.append(TokenRequest({k.lower(): v for k, v in request.headers.items()}, form))
+        if self.public_key is not None and (problem := self._check_assertion(form)):
+            self.rejections.append(problem)
+            return JSONResponse({"error": "invalid_client", "error_description": problem}, status_code=401)
         return await self._answer()
+
+    def _check_assertion(self, form: dict[str, str]) -> str | None:
+        if form.get("client_assertion_type") != "urn:ietf:params:oauth:client-assertion-type:jwt-bearer":
+            return "wrong client_assertion_type"
+        assertion = form.get("client_assertion", "")
+        try:
+            claims = jwt.decode(
+                assertion,
+                self.public_key,
+                algorithms=["ES256", "RS256"],
+                audience=self.audience or self.url,
+                options={"require": ["iss", "sub", "aud", "exp", "jti"]},
+            )
+        except jwt.PyJWTError as exc:
+            return f"assertion rejected: {exc}"
+        if claims["iss"] != self.client_id or claims["sub"] != self.client_id:
+            return "iss/sub is not the client_id"
+        if form.get("client_id") not in (None, self.client_id):
+            return "client_id differs from the assertion"
+        self.assertions.append((jwt.get_unverified_header(assertion), claims))
+        return None
 
     async def _answer(self) -> Response:
         match self.behaviour:

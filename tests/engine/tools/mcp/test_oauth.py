@@ -279,9 +279,11 @@ async def test_a_plain_http_token_url_is_refused(setup: Setup) -> None:
     assert token_url_problem("http://idp.local/token") == "must be https (got http://idp.local/token)"
     assert token_url_problem("https://user:pw@idp.example.com/t") is not None
     assert token_url_problem("https://idp.example.com/oauth/token") is None
-    auth = Auth(
-        "oauth", f"secret.{SECRET_NAME}", token_url=setup.endpoint.url.replace("https", "http"), client_id="c"
-    )
+    # Loopback traffic never leaves the machine: a local identity provider may speak plain http.
+    for local in ("http://localhost:8081/token", "http://127.0.0.1/t", "http://[::1]:9/t"):
+        assert token_url_problem(local) is None
+    assert token_url_problem("http://localhost.example.com/t") is not None
+    auth = Auth("oauth", f"secret.{SECRET_NAME}", token_url="http://idp.example.com/token", client_id="c")
     with pytest.raises(McpAuthError, match=r"auth\.token_url: must be https"):
         await setup.credentials().auth_headers(
             Server("b", setup.server.url, auth), run_context(setup.org), trusted=True
