@@ -7,6 +7,7 @@ server could not be reached or did not answer in time; 5 the server broke the pr
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,7 +17,7 @@ import typer
 from rich.table import Table
 
 from hatchway.cli.app import DEFAULT_CONFIG, ConfigOption, app, console, err_console, fail, settings_from
-from hatchway.cli.mcp_target import OAuthInputs, SecretInputs, Target, build_server
+from hatchway.cli.mcp_target import PROBE_SERVER_ID, OAuthInputs, SecretInputs, Target, build_server
 from hatchway.config.plugin import McpServerConfig, load_plugin
 from hatchway.engine.tools.mcp.auth import VaultCredentials
 from hatchway.engine.tools.mcp.auth.discovery import AuthorizationServer
@@ -99,8 +100,9 @@ def probe(
         except HatchwayError as exc:
             raise fail(exc.message, EXIT_USAGE) from None
         run = _from_options(target, oauth, secrets, tool_call, timeout)
-    with err_console.status(f"Connecting to {url or command or server}…"):
-        report = _run(run)
+    label = url or command or f"{plugin}#{server or ''}"
+    with err_console.status(f"Connecting to {label}…"):
+        report = _run(run, label)
     _print(report, tool_call)
     if report.result is not None and report.result.is_error:
         raise typer.Exit(EXIT_TOOL_ERROR)
@@ -120,15 +122,15 @@ def _tool_call(call: str | None, args: str) -> ToolCall | None:
     return ToolCall(call, arguments)
 
 
-def _run(coroutine: Any) -> ProbeReport:
-    import asyncio
-
+def _run(coroutine: Any, label: str) -> ProbeReport:
     try:
         return asyncio.run(coroutine)
     except ConfigError as exc:
         raise fail(exc.render().replace("\n", "; "), EXIT_USAGE) from None
     except ToolError as exc:
-        raise fail(exc.message, _EXIT_BY_KIND.get(failure_kind(exc), 1)) from None
+        # Errors name the server by its plugin id; a server given by URL is better named by it.
+        message = exc.message.replace(f"{PROBE_SERVER_ID}: ", f"{label}: ", 1)
+        raise fail(message, _EXIT_BY_KIND.get(failure_kind(exc), 1)) from None
     except HatchwayError as exc:
         raise fail(exc.message, EXIT_USAGE if exc.status_code < 500 else 1) from None
 

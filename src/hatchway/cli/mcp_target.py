@@ -19,6 +19,7 @@ from hatchway.config.plugin import McpServerConfig
 from hatchway.engine.tools.mcp.auth.discovery import AuthorizationServer, discover_authorization_server
 from hatchway.errors import InvalidRequest
 
+PROBE_SERVER_ID = "probe"
 BEARER = "probe_bearer"
 CLIENT_SECRET = "probe_client_secret"
 PRIVATE_KEY = "probe_private_key"
@@ -93,7 +94,11 @@ class Target:
 
     def entry(self) -> dict[str, Any]:
         """The plugin ``mcp_servers[]`` entry, before auth."""
-        data: dict[str, Any] = {"id": "probe", "timeout_ms": self.timeout_ms, "max_retries": self.retries}
+        data: dict[str, Any] = {
+            "id": PROBE_SERVER_ID,
+            "timeout_ms": self.timeout_ms,
+            "max_retries": self.retries,
+        }
         if self.command is not None:
             if self.url is not None:
                 raise InvalidRequest("give a URL or --command, not both")
