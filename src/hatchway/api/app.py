@@ -7,7 +7,17 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from hatchway.api import chat, health, logs, models, operations, responses, secrets
+from hatchway.api import (
+    chat,
+    health,
+    logs,
+    models,
+    operations,
+    responses,
+    responses_compact,
+    responses_socket,
+    secrets,
+)
 from hatchway.api.errors import install_error_handlers
 from hatchway.config.settings import Settings
 from hatchway.gateway import Gateway
@@ -28,6 +38,16 @@ def create_app(settings: Settings, *, gateway: Gateway | None = None) -> FastAPI
     app = FastAPI(title="Hatchway", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.gateway = gw
     install_error_handlers(app)
-    for module in (health, models, chat, logs, operations, responses, secrets):
+    for module in (
+        health,
+        models,
+        chat,
+        logs,
+        operations,
+        responses_compact,
+        responses,
+        responses_socket,
+        secrets,
+    ):
         app.include_router(module.router)
     return app

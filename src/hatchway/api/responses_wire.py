@@ -282,9 +282,13 @@ def _parse_item(raw: Any, path: str) -> list[dict[str, Any]]:
         ]
     if kind == "mcp_call":
         return _parse_mcp_call(raw, path)
+    if kind == "compaction":
+        encrypted = _string(raw, "encrypted_content", path)
+        return [{"type": "compaction", "id": _item_id(raw, path, "cmp"), "encrypted_content": encrypted}]
     raise _fail(
         f"{path}.type",
-        f"unsupported input item type {kind!r} (message, function_call, function_call_output or mcp_call)",
+        f"unsupported input item type {kind!r} "
+        "(message, function_call, function_call_output, mcp_call or compaction)",
     )
 
 
