@@ -108,7 +108,7 @@ class SocketSession:
         task = asyncio.ensure_future(self.runner.execute(run))
         try:
             async for event in log.follow():
-                await self._send(socket_event(event))
+                await self._send(event)
         finally:
             if not task.done():  # the client went away mid-turn: stop the upstream work
                 task.cancel()
@@ -155,16 +155,4 @@ def socket_error(exc: HatchwayError) -> dict[str, Any]:
         "type": "error",
         "status": status,
         "error": {"type": exc.error_type, "code": exc.code, "message": exc.message, "param": exc.param},
-    }
-
-
-def socket_event(event: dict[str, Any]) -> dict[str, Any]:
-    """An SSE event as a WebSocket frame: the same, except errors nest their details under ``error``."""
-    if event["type"] != "error" or "error" in event:
-        return event
-    details = {k: event.get(k) for k in ("code", "message", "param")}
-    return {
-        "type": "error",
-        "sequence_number": event["sequence_number"],
-        "error": {"type": "server_error", **details},
     }

@@ -82,7 +82,10 @@ class ResponseStreamWriter:
         self.emit(event_type, response=response)
 
     def error(self, code: str | None, message: str, param: str | None = None) -> None:
-        self.emit("error", code=code, message=message, param=param)
+        # Flat fields for OpenAI's SDK (ResponseErrorEvent), the same under ``error`` for the
+        # Open Responses schema (ErrorStreamingEvent) and the WebSocket protocol.
+        details = {"type": "server_error", "code": code, "message": message, "param": param}
+        self.emit("error", code=code, message=message, param=param, error=details)
 
     # -- loop events -----------------------------------------------------------------------------
 
