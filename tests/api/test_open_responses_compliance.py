@@ -247,3 +247,13 @@ def test_compact(api: httpx.Client, llm: ScriptedLLM) -> None:
     check_compaction(compacted)
     assert compacted["output"][-1]["type"] == "compaction"
     completed_with_output(create(api, {"input": [*compacted["output"], user("Go on.")]}))
+
+
+def test_an_unknown_previous_response_over_http_has_the_same_code(api: httpx.Client) -> None:
+    response = api.post(
+        "/responses", json={"model": "gpt-4o", "input": "x", "previous_response_id": "resp_gone"}
+    )
+
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "previous_response_not_found"
+    assert response.json()["error"]["param"] == "previous_response_id"
