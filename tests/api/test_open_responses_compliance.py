@@ -15,8 +15,14 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
-from tests.support.open_responses import check_compaction, check_event, check_resource, check_socket_error
-from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.support.open_responses import (
+    check_compaction,
+    check_event,
+    check_resource,
+    check_socket_error,
+    deterministic_model,
+)
+from tests.support.scripted_llm import ScriptedLLM
 
 WEATHER_TOOL = {
     "type": "function",
@@ -31,17 +37,6 @@ WEATHER_TOOL = {
 PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
 RED_HEART_PNG = f"data:image/png;base64,{PIXEL}"
 PDF = "data:application/pdf;base64,JVBERi0xLjEKJSVFT0YK"
-
-
-def deterministic_model(body: dict[str, Any]) -> Reply:
-    """Calls get_weather when it is offered and has not answered yet; otherwise says something short."""
-    messages = body["messages"]
-    answered = any(m["role"] == "tool" for m in messages)
-    if body.get("tools") and not answered and body.get("tool_choice") != "none":
-        return Reply(tool_calls=[("get_weather", {"location": "San Francisco, CA"})])
-    if answered:
-        return Reply(text="It is 64 degrees and clear in San Francisco.")
-    return Reply(text="Hello there, friend!", chunk_size=4)
 
 
 @pytest.fixture

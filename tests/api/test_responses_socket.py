@@ -129,7 +129,7 @@ def test_a_client_function_call_streams_its_arguments_and_continues_on_the_socke
     )
 
 
-def test_a_failed_turn_sends_error_then_response_failed(gateway, llm: ScriptedLLM) -> None:
+def test_a_failed_turn_ends_with_response_failed_carrying_the_error(gateway, llm: ScriptedLLM) -> None:
     llm.reply(status=500, error="upstream exploded")
     client = gateway.client()
 
@@ -137,9 +137,28 @@ def test_a_failed_turn_sends_error_then_response_failed(gateway, llm: ScriptedLL
         conn.response.create(model="gpt-4o", input="x", store=False)
         events = turn(conn)
 
-    error = next(e for e in events if e["type"] == "error")
-    assert error["error"]["message"] and isinstance(error["sequence_number"], int)
-    assert events[-1]["type"] == "response.failed"
+    # On a socket an error event ends the turn, so the failure is told once, by response.failed.
+    assert [e["type"] for e in events] == ["response.created", "response.in_progress", "response.failed"]
+    assert [e["sequence_number"] for e in events] == [0, 1, 2]
+    assert "upstream exploded" in events[-1]["response"]["error"]["message"]
+
+
+def test_a_failed_continuation_evicts_the_response_it_continued(gateway, llm: ScriptedLLM) -> None:
+    llm.reply("OK")
+    client = gateway.client()
+
+    with client.responses.connect() as conn:
+        conn.response.create(model="gpt-4o", input="Remember ember.", store=False)
+        first_id = turn(conn)[-1]["response"]["id"]
+        wrong = [{"type": "function_call_output", "call_id": "call_missing", "output": "nothing"}]
+        conn.response.create(model="gpt-4o", store=False, previous_response_id=first_id, input=wrong)
+        [failed] = turn(conn)
+        conn.response.create(model="gpt-4o", store=False, previous_response_id=first_id, input="stale?")
+        [evicted] = turn(conn)
+
+    assert failed["error"]["code"] == "invalid_call_id" and failed["status"] == 400
+    assert evicted["error"]["code"] == "previous_response_not_found"
+    assert len(llm.requests) == 1
 
 
 def test_bad_messages_are_refused_with_a_field_path_and_no_key_no_socket(gateway) -> None:

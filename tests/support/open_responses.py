@@ -14,6 +14,8 @@ from typing import Any
 from openresponses_types import types as spec
 from pydantic import BaseModel
 
+from tests.support.scripted_llm import Reply
+
 
 def _event_models() -> dict[str, type[BaseModel]]:
     models: dict[str, type[BaseModel]] = {}
@@ -51,3 +53,14 @@ def check_socket_error(event: dict[str, Any]) -> spec.WebSocketErrorEvent:
 
 def check_compaction(payload: dict[str, Any]) -> spec.CompactResource:
     return spec.CompactResource.model_validate(payload)
+
+
+def deterministic_model(body: dict[str, Any]) -> Reply:
+    """Calls get_weather when it is offered and has not answered yet; otherwise says something short."""
+    messages = body["messages"]
+    answered = any(m["role"] == "tool" for m in messages)
+    if body.get("tools") and not answered and body.get("tool_choice") != "none":
+        return Reply(tool_calls=[("get_weather", {"location": "San Francisco, CA"})])
+    if answered:
+        return Reply(text="It is 64 degrees and clear in San Francisco.")
+    return Reply(text="Hello there, friend!", chunk_size=4)

@@ -70,22 +70,32 @@ class SocketSession:
         self.websocket = websocket
         self.runner = ResponseRunner(gw)
         self.remembered: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
+        self._continued: str | None = None
+        """The ``previous_response_id`` of the turn being handled."""
 
     async def handle(self, text: str) -> None:
-        """Run one client message to its end; a bad one is answered with an ``error`` event."""
+        """Run one client message to its end; a bad one is answered with an ``error`` event.
+
+        A turn that fails evicts the response it continued, as OpenAI's connection-local cache
+        does: the client must start again from a state it knows to be good.
+        """
+        self._continued = None
         try:
             run, history = await self._prepare(text)
         except HatchwayError as exc:
+            self._forget(self._continued)
             await self._send(socket_error(exc))
             return
         await self._stream(run)
-        # Stored responses continue through the store (from any socket); only the others are kept.
-        if not run.stored and run.record.status in ("completed", "incomplete"):
+        if run.record.status not in ("completed", "incomplete"):
+            self._forget(self._continued)
+        elif not run.stored:  # stored responses continue through the store, from any socket
             self._remember(run, history)
 
     async def _prepare(self, text: str) -> tuple[ResponseRun, list[dict[str, Any]]]:
         message = _client_event(text)
         previous = message.pop("previous_response_id", None)
+        self._continued = previous if isinstance(previous, str) else None
         body = _body(message)  # validated without previous_response_id: store: false may continue here
         body.previous_response_id = previous
         ctx = run_context(
@@ -103,6 +113,7 @@ class SocketSession:
     async def _stream(self, run: ResponseRun) -> None:
         log = run.attach_stream()
         assert run.writer is not None
+        run.writer.error_events = False
         run.writer.lifecycle("response.created", run.snapshot())
         run.writer.lifecycle("response.in_progress", run.snapshot())
         task = asyncio.ensure_future(self.runner.execute(run))
@@ -114,6 +125,10 @@ class SocketSession:
                 task.cancel()
             with contextlib.suppress(HatchwayError, asyncio.CancelledError):
                 await task  # a failure was already sent as error + response.failed
+
+    def _forget(self, response_id: str | None) -> None:
+        if response_id is not None:
+            self.remembered.pop(response_id, None)
 
     def _remember(self, run: ResponseRun, history: list[dict[str, Any]]) -> None:
         self.remembered[run.record.id] = [*history, *run.input_records, *run.output]
