@@ -28,6 +28,11 @@ def data_key_aad(org_id: str) -> bytes:
     return f"hatchway/data-key/v1\0{org_id}".encode()
 
 
+def blob_aad(org_id: str, purpose: str) -> bytes:
+    """Associated data of an opaque blob an organisation's clients carry (e.g. a compaction)."""
+    return f"hatchway/blob/v1\0{purpose}\0{org_id}".encode()
+
+
 def seal(key: bytes, plaintext: bytes, aad: bytes) -> bytes:
     """Encrypt and authenticate ``plaintext`` under ``key`` bound to ``aad``."""
     nonce = os.urandom(NONCE_BYTES)
