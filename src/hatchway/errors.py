@@ -17,7 +17,8 @@
     ├── ToolError .............. a tool call failed; the model receives it as a structured result
     │   ├── McpServerError
     │   │   └── McpAuthError ... credentials for an MCP server could not be obtained
-    │   └── ToolTimeout
+    │   ├── ToolTimeout
+    │   └── ToolOutcomeUnknown . an at-most-once call may have reached the tool; no answer came
     └── VaultError ............. secrets could not be stored or read
         ├── SecretNotFound
         ├── DecryptionError
@@ -207,6 +208,13 @@ class ToolTimeout(ToolError):
     """The tool did not answer within its server's ``timeout_ms``."""
 
     default_code = "tool_timeout"
+
+
+class ToolOutcomeUnknown(ToolError):
+    """An at-most-once call (an operation's execution) failed after its request may have reached
+    the server: the tool may or may not have acted, so it is neither retried nor called failed."""
+
+    default_code = "tool_outcome_unknown"
 
 
 class VaultError(HatchwayError):

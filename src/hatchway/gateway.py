@@ -20,6 +20,7 @@ from hatchway.engine.tools.mcp.binding import PluginBinding
 from hatchway.engine.tools.mcp.calls import McpToolCaller
 from hatchway.engine.tools.mcp.credentials import McpCredentials
 from hatchway.engine.tools.mcp.pool import McpServerPool
+from hatchway.engine.tools.operations.binding import OperationBinding
 from hatchway.engine.tools.operations.store import OperationStore
 from hatchway.engine.tools.subagents import contribute_subagents
 from hatchway.errors import Conflict, ModelNotFound, Unavailable
@@ -126,12 +127,16 @@ class Gateway:
         """Background responses and live streams; cancelled (and recorded as interrupted) on close."""
         self.jobs = make_queue(settings)
         """Where background responses go when Redis is configured (any replica or worker runs them)."""
-        plugins = PluginBinding(settings)
-        self.plan_contributors: list[PlanContributor] = [plugins, contribute_subagents]
-        """Each feature appends one; ``plan_run`` calls them in order (the MCP plugin first: later
-        contributors may use ``plan.mcp``). Plugin files from hatchway.yaml are parsed here, so a
-        broken one stops the start (ConfigError)."""
         self.operations = OperationStore(self.db, lease_seconds=settings.operations.execution_lease_seconds)
+        plugins = PluginBinding(settings)
+        self.plan_contributors: list[PlanContributor] = [
+            plugins,
+            OperationBinding(settings, self.operations),
+            contribute_subagents,
+        ]
+        """Each feature appends one; ``plan_run`` calls them in order (the MCP plugin first: later
+        contributors may use ``plan.mcp``). Plugin and agent tool files from hatchway.yaml are parsed
+        here, so a broken one stops the start (ConfigError)."""
         self.operation_callers: OperationCallerFactory | None = plugins.agent_caller
         """How ``operation_caller`` reaches an agent's servers (the MCP pool, through its plugin)."""
         self._agents = {a.name: a for a in settings.agents}

@@ -1,69 +1,51 @@
 """``/v1/operations`` over HTTP: listing, evidence, confirm (once), cancel, validation, isolation.
 
-Operations are put up for confirmation by the real flow (OperationService against the example MCP
-server) on the gateway's own loop. Confirmation executes through ``Gateway.operation_caller``; this
-branch has no MCP pool, so tests install the minimal official-client caller through the gateway's
-``operation_callers`` hook — the seam the pool fills in.
+Operations are put up for confirmation by the real flow: a chat request to the ``contas`` agent
+(scripted model) whose validator runs on the example MCP server. Confirming executes through the
+gateway's MCP pool (``Gateway.operation_callers``, the agent plugin's client).
 """
 
 from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from hatchway.config.agent_files import agent_files_in, load_agent_tools
-from hatchway.engine.context import Principal, RunContext
-from hatchway.engine.tools.operations.service import OperationService
-from tests.support.contas import RunningContas
+from tests.support.contas import RunningContas, contas_model
 from tests.support.gateway import RunningGateway
+from tests.support.scripted_llm import ScriptedLLM
 from tests.support.servers import wait_until
 
-EXAMPLE_AGENT = Path(__file__).resolve().parents[2] / "examples" / "agents" / "contas"
 ABC = {"subject": "Produto A, Produto B e Produto C"}
 
 
 @pytest.fixture
-def ops_gateway(request, gateway_factory, database_url: str, contas: RunningContas) -> RunningGateway:
+def ops_gateway(
+    request, contas: RunningContas, gateway_factory, database_url: str, llm: ScriptedLLM, tmp_path
+):
     ttl = getattr(request, "param", 1800)
-    gw = gateway_factory(
+    llm.handler = contas_model
+    return gateway_factory(
         database_url=database_url,
         operations={"confirmation_ttl_seconds": ttl},
-        agents=[
-            {
-                "name": "contas",
-                "model": "gpt-4o",
-                "plugin": str(EXAMPLE_AGENT / "plugin.yaml"),
-                "tools": str(EXAMPLE_AGENT / "tools.yaml"),
-                "tool_policies": str(EXAMPLE_AGENT / "tool_policies.yaml"),
-            }
-        ],
+        agents=[contas.agent(tmp_path / "contas")],
     )
-
-    async def callers(gateway, agent, ctx):  # the MCP pool's part, on this branch
-        return contas.caller()
-
-    gw.gateway.operation_callers = callers
-    return gw
 
 
 def _pending(
-    gw: RunningGateway, contas: RunningContas, *, org_id: str | None = None, session: str = "s1"
+    gw: RunningGateway, contas: RunningContas, *, key: str | None = None, session: str = "s1"
 ) -> str:
-    """Ask for a cancellation the way the loop will: the flow stops at AWAITING_CONFIRMATION."""
-    assert gw.org is not None
-    agent = load_agent_tools(agent_files_in(EXAMPLE_AGENT))
-    service = OperationService("contas", agent, gw.gateway.operations, gw.settings.operations)
-    ctx = RunContext(
-        principal=Principal(org_id or gw.org.org_id, "acme"), session_key=session, on_behalf_of="ana"
+    """Ask for a cancellation in a chat turn: it stops at AWAITING_CONFIRMATION."""
+    raw = gw.client(key).chat.completions.with_raw_response.create(
+        model="agent:contas",
+        messages=[{"role": "user", "content": "cancele Produto A, Produto B e Produto C"}],
+        extra_headers={"hatchway-session": session, "X-On-Behalf-Of": "ana"},
     )
-    step = gw.server.call(service.call("cancelar_vas_avulso", ABC, ctx, contas.caller(), call_id="call_9"))
-    assert step.operation is not None
-    return step.operation.id
+    assert raw.parse().choices[0].message.content.startswith("Você confirma")
+    return raw.headers["x-hatchway-operation-id"]
 
 
 def _http(gw: RunningGateway, method: str, path: str, key: str | None = None, **kw: Any) -> httpx.Response:
@@ -113,7 +95,16 @@ def test_confirm_executes_once_and_a_second_confirm_gets_409_with_the_outcome(
     assert again.status_code == 409
     assert again.json()["error"]["code"] == "operation_not_pending"
     assert again.json()["operation"]["verdict"]["status"] == "PARTIAL_SUCCESS"
+    # A "sim" in the conversation afterwards finds nothing pending.
+    late = ops_gateway.client().chat.completions.create(
+        model="agent:contas",
+        messages=[{"role": "user", "content": "sim"}],
+        extra_headers={"hatchway-session": "s1"},
+    )
+    assert late.choices[0].message.content == "Posso ajudar em algo mais?"
     assert contas.backend.executions == {op_id: 1}
+    [primary] = [c for c in contas.backend.calls if c["tool"] == "cancelar_vas_avulso"]
+    assert primary["idempotency_key"] == op_id
 
 
 def test_confirm_while_executing_is_409_and_runs_nothing_more(

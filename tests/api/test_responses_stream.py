@@ -10,6 +10,7 @@ from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from tests.api.test_responses import WEATHER
+from tests.support.open_responses import check_event
 from tests.support.scripted_llm import ScriptedLLM
 
 EVENTS = TypeAdapter(ResponseStreamEvent)
@@ -121,6 +122,9 @@ def test_upstream_failure_mid_stream_is_error_then_failed(gateway, llm: Scripted
         "response.failed",
     ]
     assert "upstream exploded" in events[2]["message"]
+    assert events[2]["error"]["message"] == events[2]["message"]  # nested too, for the Open Responses schema
+    for event in events:
+        check_event(event)
     assert events[-1]["response"]["status"] == "failed"
     assert len(lifecycle_ids(events)) == 1
     stored = gateway.client().responses.retrieve(events[0]["response"]["id"])

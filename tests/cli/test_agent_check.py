@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "agents" / "contas"
 
@@ -63,3 +65,58 @@ def test_a_broken_directory_lists_every_problem_with_file_and_path(tmp_path: Pat
 def test_a_directory_without_tools_yaml(tmp_path: Path) -> None:
     result = run(str(tmp_path), cwd=tmp_path)
     assert result.returncode == 1 and "no tools.yaml" in result.stderr
+
+
+def test_the_plugin_is_validated_by_the_plugin_models(tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    shutil.copytree(EXAMPLE, broken)
+    plugin = (broken / "plugin.yaml").read_text().replace("type: none", "type: bearer")
+    (broken / "plugin.yaml").write_text(plugin.replace("timeout_ms: 15000", "timeout_ms: '15000'"))
+
+    result = run(str(broken), cwd=tmp_path)
+
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"{broken / 'plugin.yaml'} is invalid" in result.stderr
+    assert "mcp_servers[0].auth.secret_ref: required for auth type bearer" in result.stderr
+    assert "mcp_servers[0].timeout_ms" in result.stderr
+
+
+def _serve(tmp_path: Path, agent: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    config = tmp_path / "hatchway.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "database_url": f"sqlite+aiosqlite:///{tmp_path / 'h.db'}",
+                "master_key_file": str(tmp_path / "master.key"),
+                "providers": [{"id": "up", "base_url": "http://127.0.0.1:9/v1"}],
+                "agents": [{"name": "contas", "model": "up/m", **agent}],
+            }
+        )
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "hatchway", "serve", "--config", str(config), "--port", "0"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_broken_agent_files_stop_the_start_with_file_and_field_path(tmp_path: Path) -> None:
+    broken = tmp_path / "contas"
+    shutil.copytree(EXAMPLE, broken)
+    policies = (broken / "tool_policies.yaml").read_text().replace("requires: [items]", "requires: [itens]")
+    (broken / "tool_policies.yaml").write_text(policies)
+    files = {k: str(broken / f"{k}.yaml") for k in ("plugin", "tools", "tool_policies")}
+
+    result = _serve(tmp_path, files)
+
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "tool_policies.yaml (from hatchway.yaml agents[0])" in result.stderr
+    assert "tool_policies.cancelar_vas_lote.requires[0]: 'itens' is not an argument" in result.stderr
+
+
+def test_an_agent_with_tools_needs_its_plugin(tmp_path: Path) -> None:
+    result = _serve(tmp_path, {"tools": str(EXAMPLE / "tools.yaml")})
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "agents[0].plugin: required with tools" in result.stderr

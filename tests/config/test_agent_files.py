@@ -163,11 +163,20 @@ def test_pre_validation_needs_a_separate_tool_when_enabled(tmp_path: Path) -> No
     assert load_agent_tools(_write(tmp_path, policies=disabled)).policy("cancelar").pre_validation is None
 
 
-def test_plugin_is_read_as_plain_yaml_for_server_ids(tmp_path: Path) -> None:
-    assert _paths(_write(tmp_path, plugin={"version": 1})) == {"plugin.yaml": ["mcp_servers"]}
-    assert _paths(_write(tmp_path, plugin={"mcp_servers": [{"url": "x"}]})) == {
-        "plugin.yaml": ["mcp_servers[0].id"]
+def test_the_plugin_is_checked_by_the_plugin_models(tmp_path: Path) -> None:
+    # An empty server list is a valid plugin, so every tool's server is then unknown.
+    assert _paths(_write(tmp_path, plugin={"version": 1})) == {
+        "tools.yaml": ["tools.cancelar.mcp_server", "tools.consultar.mcp_server"]
     }
+    broken = {"version": 1, "mcp_servers": [{"url": "x", "timeout_ms": "5"}]}
+    assert _paths(_write(tmp_path, plugin=broken)) == {
+        "plugin.yaml": ["mcp_servers[0].id", "mcp_servers[0].url", "mcp_servers[0].timeout_ms"]
+    }
+    unsafe = {
+        "version": 1,
+        "mcp_servers": [{"id": "contas", "url": "http://h/mcp", "forward_headers": ["cookie"]}],
+    }
+    assert _paths(_write(tmp_path, plugin=unsafe)) == {"plugin.yaml": ["mcp_servers[0].forward_headers[0]"]}
     (tmp_path / "plugin.yaml").unlink()
     assert load_agent_tools(agent_files_in(tmp_path)).plugin_servers is None  # no plugin: not checked
 

@@ -56,7 +56,7 @@ def test_the_seed_example_is_valid_and_read_as_written() -> None:
     assert search.forward_headers == ["x-tenant-id", "x-trace-id"] and search.timeout_ms == 5000
     assert code.tools == "*" and code.exposes("anything") and code.auth.header == "X-Api-Key"
     assert billing.auth.scopes == ["billing.read", "billing.write"] and billing.kind == "streamable_http"
-    assert billing.auth.token_endpoint_auth_method == "client_secret_basic"  # RFC 6749's default
+    assert billing.auth.client_auth is None and billing.auth.method == "client_secret_basic"  # RFC 6749
     assert plugin.agent.tool_cache_ttl_seconds == 300 and plugin.agent.prompt_guard_on_tool_output
 
 
@@ -140,15 +140,15 @@ def test_stdio_and_sse_servers() -> None:
         ),
         (
             "{id: s, url: 'http://x', auth: {type: oauth, token_url: 'https://idp/t', client_id: c, "
-            "secret_ref: secret.s, token_endpoint_auth_method: private_key_jwt}}",
+            "secret_ref: secret.s, token_endpoint_auth_method: tls_client_auth}}",
             "mcp_servers[0].auth.token_endpoint_auth_method",
             "'client_secret_post'",
         ),
         (
             "{id: s, url: 'http://x', auth: {type: bearer, secret_ref: secret.s, "
             "token_endpoint_auth_method: client_secret_post}}",
-            "mcp_servers[0].auth.token_endpoint_auth_method",
-            "only applies to auth type oauth",
+            "mcp_servers[0].auth.client_auth",
+            "only apply to auth type oauth",
         ),
         (
             "{id: s, url: 'http://x', auth: {type: oauth, token_url: 'https://idp/t', client_id: c, "
@@ -162,6 +162,42 @@ def test_stdio_and_sse_servers() -> None:
             "stdio",
         ),
         ("{id: s, url: 'http://x', args: [a]}", "mcp_servers[0].args", "stdio"),
+        (
+            "{id: s, url: 'http://x', auth: {type: oauth, token_url: 'https://idp/t', client_id: c, "
+            "client_auth: private_key_jwt}}",
+            "mcp_servers[0].auth.private_key_ref",
+            "required with client_auth private_key_jwt",
+        ),
+        (
+            "{id: s, url: 'http://x', auth: {type: oauth, token_url: 'https://idp/t', client_id: c, "
+            "client_auth: private_key_jwt, private_key_ref: secret.k, secret_ref: secret.s}}",
+            "mcp_servers[0].auth.secret_ref",
+            "not used with client_auth private_key_jwt",
+        ),
+        (
+            "{id: s, url: 'http://x', auth: {type: oauth, token_url: 'https://idp/t', client_id: c, "
+            "secret_ref: secret.s, kid: k1}}",
+            "mcp_servers[0].auth.kid",
+            "only used with client_auth private_key_jwt",
+        ),
+        (
+            "{id: s, url: 'http://x', auth: {type: oauth, token_url: 'https://idp/t', client_id: c, "
+            "client_auth: mtls, secret_ref: secret.s}}",
+            "mcp_servers[0].auth.client_auth",
+            "private_key_jwt",
+        ),
+        (
+            "{id: s, url: 'http://x', auth: {type: bearer, secret_ref: secret.s, "
+            "client_auth: private_key_jwt}}",
+            "mcp_servers[0].auth.client_auth",
+            "only apply to auth type oauth",
+        ),
+        (
+            "{id: s, url: 'http://x', auth: {type: oauth, token_url: 'https://idp/t', client_id: c, "
+            "client_auth: private_key_jwt, private_key_ref: key.pem}}",
+            "mcp_servers[0].auth.private_key_ref",
+            "secret.<name>",
+        ),
     ],
 )
 def test_each_mistake_is_reported_at_its_field_path(server: str, path: str, fragment: str) -> None:
@@ -252,3 +288,22 @@ def test_bad_yaml_names_line_and_column() -> None:
     with pytest.raises(ConfigError) as caught:
         parse_plugin('version: "1"\nmcp_servers: [{id: a\n', "plugin.yaml")
     assert "line" in caught.value.message and "not valid YAML" in caught.value.message
+
+
+def test_private_key_jwt_takes_a_key_from_the_vault_and_a_loopback_token_url() -> None:
+    plugin = parse_plugin(
+        'version: "1"\nmcp_servers:\n'
+        "  - id: erp\n"
+        "    url: https://erp.example.com/mcp\n"
+        "    auth: {type: oauth, token_url: 'http://127.0.0.1:8081/token', client_id: erp-agent,\n"
+        "           client_auth: private_key_jwt, private_key_ref: secret.erp_key, kid: k-2026,\n"
+        "           audience: 'http://127.0.0.1:8081'}\n",
+        "p",
+    )
+    auth = plugin.mcp_servers[0].auth
+    assert (auth.method, auth.private_key_ref, auth.kid, auth.secret_ref) == (
+        "private_key_jwt",
+        "secret.erp_key",
+        "k-2026",
+        None,
+    )

@@ -37,6 +37,7 @@ class ClientCaller:
         ctx: RunContext,
         *,
         meta: dict[str, Any] | None = None,
+        at_most_once: bool = False,  # this caller never retries anyway
     ) -> McpCallResult:
         self.calls.append({"server": server_id, "tool": tool, "arguments": arguments, "meta": meta})
         url = self.servers.get(server_id)

@@ -7,6 +7,11 @@ are kept in ``requests``. ``gate`` (a threading.Event) holds ``ok`` answers unti
 ``IssuedTokens`` is the resource server's side of the same identity provider: an MCP server built
 with the official SDK (``MCPServer(token_verifier=…)``) accepts exactly the tokens this endpoint
 issued, with their scopes, until they expire or the test revokes them.
+
+With ``public_key`` set (a PEM public key) the endpoint is a ``private_key_jwt`` client: every
+request must carry an RFC 7523 client assertion that verifies against that key, with ``iss`` and
+``sub`` equal to ``client_id`` and ``aud`` equal to ``audience`` (the token URL by default); it
+answers 401 ``invalid_client`` otherwise. Verified assertions are kept in ``assertions``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_plus
 
+import jwt
 import trustme
 from mcp.server.auth.provider import AccessToken
 from starlette.applications import Starlette
@@ -78,6 +84,12 @@ class TokenEndpoint:
     """Tokens the test revoked: ``IssuedTokens`` refuses them before they expire."""
     revoke_new: bool = False
     """Revoke each token as it is issued (the resource server no longer trusts this client)."""
+    public_key: str | None = None
+    client_id: str | None = None
+    audience: str | None = None
+    assertions: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
+    """(header, claims) of every client assertion that verified."""
+    rejections: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.ca = trustme.CA()
@@ -126,7 +138,31 @@ class TokenEndpoint:
         form = {k: str(v) for k, v in (await request.form()).items()}
         token_request = TokenRequest({k.lower(): v for k, v in request.headers.items()}, form)
         self.requests.append(token_request)
+        if self.public_key is not None and (problem := self._check_assertion(form)):
+            self.rejections.append(problem)
+            return JSONResponse({"error": "invalid_client", "error_description": problem}, status_code=401)
         return await self._answer(token_request)
+
+    def _check_assertion(self, form: dict[str, str]) -> str | None:
+        if form.get("client_assertion_type") != "urn:ietf:params:oauth:client-assertion-type:jwt-bearer":
+            return "wrong client_assertion_type"
+        assertion = form.get("client_assertion", "")
+        try:
+            claims = jwt.decode(
+                assertion,
+                self.public_key,
+                algorithms=["ES256", "RS256"],
+                audience=self.audience or self.url,
+                options={"require": ["iss", "sub", "aud", "exp", "jti"]},
+            )
+        except jwt.PyJWTError as exc:
+            return f"assertion rejected: {exc}"
+        if claims["iss"] != self.client_id or claims["sub"] != self.client_id:
+            return "iss/sub is not the client_id"
+        if form.get("client_id") not in (None, self.client_id):
+            return "client_id differs from the assertion"
+        self.assertions.append((jwt.get_unverified_header(assertion), claims))
+        return None
 
     async def _answer(self, request: TokenRequest) -> Response:
         match self.behaviour:

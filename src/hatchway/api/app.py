@@ -17,6 +17,8 @@ from hatchway.api import (
     operations,
     response_tree,
     responses,
+    responses_compact,
+    responses_socket,
     secrets,
 )
 from hatchway.api.errors import install_error_handlers
@@ -43,7 +45,19 @@ def create_app(settings: Settings, *, gateway: Gateway | None = None) -> FastAPI
     app = FastAPI(title="Hatchway", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.gateway = gw
     install_error_handlers(app)
-    for module in (health, metrics, models, chat, logs, operations, response_tree, responses, secrets):
+    for module in (
+        health,
+        metrics,
+        models,
+        chat,
+        logs,
+        operations,
+        response_tree,
+        responses_compact,
+        responses,
+        responses_socket,
+        secrets,
+    ):
         app.include_router(module.router)
     app.include_router(mcp_servers.router)
     mount_dashboard(app)

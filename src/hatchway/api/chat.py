@@ -118,6 +118,9 @@ def _run_headers(result: RunResult, trace: RequestTrace) -> dict[str, str]:
     headers = {"x-hatchway-request-id": trace.log_id, "x-hatchway-rounds": str(result.rounds)}
     if result.max_rounds_hit:
         headers["x-hatchway-max-rounds-hit"] = "true"
+    operation_id = result.interruption.data.get("operation_id") if result.interruption else None
+    if operation_id:  # the question asked is this operation's (POST /v1/operations/{id}/confirm)
+        headers["x-hatchway-operation-id"] = str(operation_id)
     return headers
 
 
@@ -179,13 +182,17 @@ async def _streamed(
     async def frames() -> AsyncIterator[bytes]:
         result: RunResult | None = None
         error: str | None = None
+        streamed = False
         try:
             yield chunks.role()
             async for event in _chain(head, events):
                 if isinstance(event, OutputTextDelta):
+                    streamed = True
                     yield chunks.delta(event.text)
                 elif isinstance(event, RunFinished):
                     result = event.result
+                    for frame in chunks.unstreamed_text(result, after_text=streamed):
+                        yield frame
                     for frame in chunks.finish(result):
                         yield frame
             yield DONE
@@ -252,6 +259,13 @@ class _ChunkWriter:
 
     def text(self, text: str) -> list[bytes]:
         return [self.delta(text)] if text else []
+
+    def unstreamed_text(self, result: RunResult, *, after_text: bool) -> list[bytes]:
+        """The answer the model did not stream: a confirmation question, or an answer given
+        before any model call (an operation's question asked again)."""
+        if result.text and (result.interruption is not None or result.rounds == 0):
+            return self.text(("\n\n" if after_text else "") + result.text)
+        return []
 
     def finish(self, result: RunResult) -> list[bytes]:
         frames = []

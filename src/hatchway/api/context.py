@@ -10,6 +10,7 @@ from hatchway.engine.context import Principal, RunContext
 from hatchway.errors import InvalidRequest
 
 _MAX_ON_BEHALF_OF = 256
+MAX_SESSION_KEY = 256
 
 
 def run_context(request: Request, principal: Principal, deadline_seconds: float) -> RunContext:
@@ -20,10 +21,17 @@ def run_context(request: Request, principal: Principal, deadline_seconds: float)
             f"X-On-Behalf-Of: at most {_MAX_ON_BEHALF_OF} characters (got {len(on_behalf_of)})",
             param="X-On-Behalf-Of",
         )
+    session_key = headers.get("hatchway-session") or None
+    if session_key is not None and len(session_key) > MAX_SESSION_KEY:
+        raise InvalidRequest(
+            f"hatchway-session: at most {MAX_SESSION_KEY} characters (got {len(session_key)}); "
+            "send a conversation id, not the conversation",
+            param="hatchway-session",
+        )
     return RunContext(
         principal=principal,
         request_headers=headers,
         on_behalf_of=on_behalf_of,
-        session_key=headers.get("hatchway-session") or None,
+        session_key=session_key,
         deadline=time.monotonic() + deadline_seconds,
     )

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from hatchway.engine.compaction import SUMMARY_PREFIX
 from hatchway.engine.items import FunctionCall, FunctionCallOutput, Item, Message
 from hatchway.engine.tools.base import ToolResult
 from hatchway.ids import new_id
@@ -62,6 +63,8 @@ def item_of(record: dict[str, Any]) -> Item:
     kind = record["type"]
     if kind == "message":
         return Message(role=record["role"], content=record["content"], id=record["id"])
+    if kind == "compaction":  # opened when it arrived (see api/responses_compact.py)
+        return Message(role="system", content=SUMMARY_PREFIX + record["summary"], id=record["id"])
     if kind == "function_call":
         return FunctionCall(
             call_id=record["call_id"], name=record["name"], arguments=record["arguments"], id=record["id"]
@@ -178,6 +181,10 @@ def wire_items(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         kind = record["type"]
         if kind == "message":
             out.append(wire_message(record))
+        elif kind == "compaction":
+            out.append(
+                {"id": record["id"], "type": "compaction", "encrypted_content": record["encrypted_content"]}
+            )
         elif kind == "function_call" and record.get("hosted"):
             out.append(wire_mcp_call(record, hosted_outputs.get(record["call_id"])))
         elif kind == "function_call":

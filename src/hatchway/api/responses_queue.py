@@ -40,7 +40,9 @@ async def queued_job(gw: Gateway, body: CreateResponseRequest, ctx: RunContext) 
     assert ctx.response_id is not None
     # Credentials of the caller (the Hatchway key, cookies) and framing headers are never kept.
     headers = {k: v for k, v in ctx.request_headers.items() if k not in NEVER_FORWARDED}
-    sealed = await gw.vault.seal_value(ctx.org_id, headers_purpose(ctx.response_id), orjson.dumps(headers))
+    sealed = await gw.vault.seal_blob(
+        ctx.org_id, orjson.dumps(headers), purpose=headers_purpose(ctx.response_id)
+    )
     return ResponseJobRecord(
         response_id=ctx.response_id,
         body=body.model_dump(mode="json", by_alias=True, exclude={"input"}, exclude_none=True),

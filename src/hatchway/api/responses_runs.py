@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from hatchway.api.responses_compact import open_compactions, previous_not_found
 from hatchway.api.responses_items import (
     item_of,
     output_records,
@@ -28,7 +29,7 @@ from hatchway.engine.loop import AgentLoop, RunFinished, RunResult, ToolCallFini
 from hatchway.engine.tools.base import ToolResult
 from hatchway.engine.tools.router import ToolRouter
 from hatchway.engine.tools.subagents import CHILD_RUNNER_KEY, ChildOutcome, ChildRequest
-from hatchway.errors import HatchwayError, InvalidRequest, ProviderStatusError
+from hatchway.errors import HatchwayError, InvalidRequest, NotFound, ProviderStatusError
 from hatchway.gateway import Gateway
 from hatchway.ids import new_id
 from hatchway.observability.runlog import RequestTrace
@@ -83,15 +84,20 @@ class ResponseRunner:
         *,
         parent_response_id: str | None = None,
         call_id: str | None = None,
+        local_history: list[dict[str, Any]] | None = None,
     ) -> ResponseRun:
-        """Everything up to the first model call; raises (and logs) HatchwayError for bad requests."""
+        """Everything up to the first model call; raises (and logs) HatchwayError for bad requests.
+
+        ``local_history`` is a conversation held outside the store (a WebSocket's ``store: false``
+        responses); it replaces the stored chain of ``previous_response_id``.
+        """
         ctx.response_id = new_id("resp")
         ctx.extras[CHILD_RUNNER_KEY] = self
         trace = RequestTrace(
             "responses", ctx, model=body.model, response_id=ctx.response_id, parent_id=parent_response_id
         )
         try:
-            return await self._prepare(body, ctx, trace, parent_response_id, call_id)
+            return await self._prepare(body, ctx, trace, parent_response_id, call_id, local_history)
         except HatchwayError as exc:
             self.gw.log_writer.submit(trace.to_record(http_status=exc.status_code, error=exc.message))
             raise
@@ -103,10 +109,14 @@ class ResponseRunner:
         trace: RequestTrace,
         parent_response_id: str | None,
         call_id: str | None,
+        local_history: list[dict[str, Any]] | None = None,
     ) -> ResponseRun:
-        history, root_id = await self._history(body, ctx)
+        if local_history is None:
+            history, root_id = await self._history(body, ctx)
+        else:
+            history, root_id = local_history, None
         ctx.session_key = ctx.session_key or root_id or ctx.response_id
-        input_records = parse_input(body.input)
+        input_records = await open_compactions(self.gw, ctx.org_id, parse_input(body.input))
         check_call_outputs(history, input_records)
         conversation, loop, router = await self._plan(body, ctx, trace, [*history, *input_records])
         now = utcnow()
@@ -126,9 +136,13 @@ class ResponseRunner:
             updated_at=now,
         )
         stored = body.store is not False
-        job = await queued_job(self.gw, body, ctx) if stored else None
+        job = await queued_job(self.gw, body, ctx) if stored and local_history is None else None
         if stored:
-            await self.gw.responses.create(record, input_records, job=job)
+            if local_history is not None:
+                # The previous response exists only on the socket: this one starts a stored chain
+                # that carries the whole conversation, so it replays without the socket.
+                record.previous_response_id = None
+            await self.gw.responses.create(record, [*(local_history or []), *input_records], job=job)
         run = ResponseRun(record, stored, input_records, conversation, loop, router, ctx, trace)
         run.queued = job is not None
         return run
@@ -190,9 +204,8 @@ class ResponseRunner:
             return [], None
         try:
             chain = await self.gw.responses.chain(ctx.org_id, body.previous_response_id)
-        except HatchwayError as exc:
-            exc.param = "previous_response_id"
-            raise
+        except NotFound:
+            raise previous_not_found(body.previous_response_id) from None
         previous = chain[-1]
         if previous.status in ACTIVE:
             raise InvalidRequest(

@@ -64,6 +64,9 @@ class ResponseStreamWriter:
 
     def __init__(self, log: EventLog) -> None:
         self.log = log
+        self.error_events = True
+        """False on a WebSocket, where an ``error`` event ends a turn: ``response.failed`` (which
+        carries the error) is then the failure's only event."""
         self.sequence = 0
         self._next_index = 0
         self._message: _OpenMessage | None = None
@@ -82,7 +85,12 @@ class ResponseStreamWriter:
         self.emit(event_type, response=response)
 
     def error(self, code: str | None, message: str, param: str | None = None) -> None:
-        self.emit("error", code=code, message=message, param=param)
+        # Flat fields for OpenAI's SDK (ResponseErrorEvent), the same under ``error`` for the
+        # Open Responses schema (ErrorStreamingEvent) and the WebSocket protocol.
+        if not self.error_events:
+            return
+        details = {"type": "server_error", "code": code, "message": message, "param": param}
+        self.emit("error", code=code, message=message, param=param, error=details)
 
     # -- loop events -----------------------------------------------------------------------------
 

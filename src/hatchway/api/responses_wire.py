@@ -197,11 +197,29 @@ def response_object(record: ResponseRecord, output: list[dict[str, Any]]) -> dic
     body["metadata"] = body["metadata"] or {}
     body["tool_choice"] = body["tool_choice"] or "auto"
     body["parallel_tool_calls"] = bool(body["parallel_tool_calls"])
+    for key, default in _SPEC_DEFAULTS.items():  # the Open Responses schema requires each of these
+        if body.get(key) is None:
+            body[key] = default
     if record.parent_response_id:
         body["parent_response_id"] = record.parent_response_id
         body["call_id"] = record.call_id
     return body
 
+
+_SPEC_DEFAULTS: dict[str, Any] = {
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "top_logprobs": 0,
+    "truncation": "disabled",
+    "text": {"format": {"type": "text"}},
+    "service_tier": "default",
+    "reasoning": None,
+    "safety_identifier": None,
+    "prompt_cache_key": None,
+}
+"""Values reported when the request left a parameter to the upstream's default (OpenAI's defaults)."""
 
 _ECHOED_KEYS = (
     "instructions",
@@ -282,9 +300,13 @@ def _parse_item(raw: Any, path: str) -> list[dict[str, Any]]:
         ]
     if kind == "mcp_call":
         return _parse_mcp_call(raw, path)
+    if kind == "compaction":
+        encrypted = _string(raw, "encrypted_content", path)
+        return [{"type": "compaction", "id": _item_id(raw, path, "cmp"), "encrypted_content": encrypted}]
     raise _fail(
         f"{path}.type",
-        f"unsupported input item type {kind!r} (message, function_call, function_call_output or mcp_call)",
+        f"unsupported input item type {kind!r} "
+        "(message, function_call, function_call_output, mcp_call or compaction)",
     )
 
 
@@ -321,7 +343,21 @@ def _parse_part(part: Any, path: str, role: str) -> dict[str, Any]:
         if detail not in ("low", "high", "auto", "original"):
             raise _fail(f"{path}.detail", "must be low, high, auto or original")
         return {"type": "input_image", "image_url": url, "detail": detail}
+    if kind == "input_file" and role != "assistant":
+        return _parse_file(part, path)
     raise _fail(f"{path}.type", f"unsupported content part {kind!r} for role {role}")
+
+
+_FILE_FIELDS = ("file_data", "file_id", "file_url")
+
+
+def _parse_file(part: dict[str, Any], path: str) -> dict[str, Any]:
+    """An ``input_file`` part: inline ``file_data`` (a data URL), a ``file_id`` or a ``file_url``."""
+    given = {key: part[key] for key in _FILE_FIELDS if part.get(key) is not None}
+    if len(given) != 1 or not all(isinstance(v, str) and v for v in given.values()):
+        raise _fail(path, "an input_file needs exactly one of file_data, file_id or file_url (a string)")
+    filename = _string(part, "filename", path, required=False)
+    return {"type": "input_file", **given, **({"filename": filename} if filename else {})}
 
 
 def _output_text(value: Any, path: str) -> str:

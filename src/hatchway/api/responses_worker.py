@@ -68,7 +68,7 @@ async def _context(gw: Gateway, record: ResponseRecord, job: ResponseJob) -> Run
     org = await gw.orgs.get_org(record.org_id)
     headers: dict[str, str] = {}
     if job.sealed_headers is not None:
-        raw = await gw.vault.open_value(record.org_id, headers_purpose(record.id), job.sealed_headers)
+        raw = await gw.vault.open_blob(record.org_id, job.sealed_headers, purpose=headers_purpose(record.id))
         headers = orjson.loads(raw)
     return RunContext(
         principal=Principal(org.id, org.name, job.key_id, job.key_name),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hatchway.cli import admin, agent, logs, plugin, secrets, serve, worker  # noqa: F401  (registers commands)
+from hatchway.cli import admin, agent, logs, mcp, plugin, secrets, serve, worker  # noqa: F401  (registers commands)
 from hatchway.cli.app import app
 
 

@@ -43,11 +43,10 @@ def summary(plugin: PluginConfig) -> list[str]:
 
 def _server_line(server: McpServerConfig) -> str:
     tools = "*" if server.tools == "*" else ", ".join(server.tools)
-    auth = (
-        server.auth.type
-        if server.auth.secret_ref is None
-        else f"{server.auth.type} ({server.auth.secret_ref})"
-    )
+    ref = server.auth.secret_ref or server.auth.private_key_ref
+    auth = server.auth.type if ref is None else f"{server.auth.type} ({ref})"
+    if server.auth.client_auth is not None:
+        auth += f", {server.auth.client_auth}"
     parts = [
         f"{server.id}: {server.kind} {server.target}",
         f"auth {auth}",

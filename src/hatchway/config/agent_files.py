@@ -21,7 +21,8 @@ from hatchway.config.agents import (
     ToolPolicy,
     ToolsFile,
 )
-from hatchway.config.loading import load_yaml_model, parse_yaml_text
+from hatchway.config.loading import load_yaml_model
+from hatchway.config.plugin import load_plugin
 from hatchway.config.settings import AgentConfig, Settings
 from hatchway.errors import ConfigError
 
@@ -195,27 +196,13 @@ def _load(model: Any, path: Path, problems: _Problems) -> Any:
 
 
 def _plugin_server_ids(path: Path, problems: _Problems) -> list[str] | None:
-    # Read as plain YAML: the plugin's own schema is checked by the plugin models (`plugin check`).
+    """The server ids of the agent's plugin, validated by the plugin models (as at start)."""
     try:
-        data = parse_yaml_text(path.read_text(encoding="utf-8"), str(path))
-    except OSError as exc:
-        problems.add(path, "", f"cannot read the file ({exc.strerror})")
-        return None
+        plugin = load_plugin(path)
     except ConfigError as exc:
         problems.add_error(exc)
-        return None
-    servers = data.get("mcp_servers") if isinstance(data, dict) else None
-    if not isinstance(servers, list):
-        problems.add(path, "mcp_servers", "required: a list of servers, each with an id")
-        return None
-    ids = []
-    for i, server in enumerate(servers):
-        sid = server.get("id") if isinstance(server, dict) else None
-        if not isinstance(sid, str) or not sid:
-            problems.add(path, f"mcp_servers[{i}].id", "required: the server id tools.yaml refers to")
-        else:
-            ids.append(sid)
-    return ids if len(ids) == len(servers) else None  # a broken list would flag every tool
+        return None  # a broken plugin would make every tool's mcp_server look wrong
+    return [server.id for server in plugin.mcp_servers]
 
 
 def _check_servers(tools: ToolsFile, servers: list[str] | None, source: Path, problems: _Problems) -> None:

@@ -20,10 +20,10 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, AliasChoices, ConfigDict, Field, field_validator, model_validator
 
 from hatchway.config.loading import StrictModel, parse_yaml_text, validate_document
-from hatchway.engine.tools.mcp.auth.oauth import TokenEndpointAuthMethod, token_url_problem
+from hatchway.engine.tools.mcp.auth.oauth import ClientAuth, token_url_problem
 from hatchway.engine.tools.mcp.forwarding import forward_header_problem
 from hatchway.errors import ConfigError
 from hatchway.vault.names import ref_problem
@@ -53,11 +53,21 @@ def _scope_token(scope: str) -> str:
     return scope
 
 
+def _secret_ref(value: str | None) -> str | None:
+    if value is not None and (problem := ref_problem(value)):
+        raise ValueError(problem)
+    return value
+
+
+_OAUTH_ONLY = ("token_url", "client_id", "scopes", "client_auth", "private_key_ref", "kid", "audience")
+_JWT_ONLY = ("private_key_ref", "kid", "audience")
+
+
 class McpAuth(_PluginModel):
     """How the gateway authenticates to one MCP server; secrets are named, never written here."""
 
     type: Literal["none", "bearer", "api_key", "oauth"] = "none"
-    secret_ref: str | None = None
+    secret_ref: Annotated[str | None, AfterValidator(_secret_ref)] = None
     """``secret.<name>``: the vault entry (the token, the API key, or the OAuth client secret)."""
     header: str = "X-Api-Key"
     """The header that carries the key for ``type: api_key``."""
@@ -66,16 +76,19 @@ class McpAuth(_PluginModel):
     client_id: str | None = None
     scopes: list[Annotated[str, AfterValidator(_scope_token)]] = Field(default_factory=list)
     """``type: oauth``: sent space-separated, so each is one RFC 6749 scope-token (no spaces)."""
-    token_endpoint_auth_method: TokenEndpointAuthMethod = "client_secret_basic"
-    """``type: oauth``: how the client id and secret are sent — ``client_secret_basic`` (HTTP Basic,
-    the default) or ``client_secret_post`` (in the form body), as RFC 6749 §2.3.1 allows."""
-
-    @field_validator("secret_ref")
-    @classmethod
-    def _secret_ref(cls, value: str | None) -> str | None:
-        if value is not None and (problem := ref_problem(value)):
-            raise ValueError(problem)
-        return value
+    client_auth: ClientAuth | None = Field(
+        default=None, validation_alias=AliasChoices("client_auth", "token_endpoint_auth_method")
+    )
+    """How an ``oauth`` client authenticates at the token endpoint: ``client_secret_basic`` (HTTP Basic,
+    the default), ``client_secret_post`` (in the form body), as RFC 6749 §2.3.1 allows, or
+    ``private_key_jwt`` (a signed RFC 7523 assertion). ``token_endpoint_auth_method`` (RFC 7591's
+    name) is accepted as an alias."""
+    private_key_ref: Annotated[str | None, AfterValidator(_secret_ref)] = None
+    """``secret.<name>``: the PEM private key for ``private_key_jwt`` (EC P-256 → ES256, RSA → RS256)."""
+    kid: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    """The key id put in the assertion's header, when the identity provider wants one."""
+    audience: str | None = None
+    """The assertion's ``aud``; the token_url when omitted (some providers want their issuer instead)."""
 
     @field_validator("token_url")
     @classmethod
@@ -91,22 +104,46 @@ class McpAuth(_PluginModel):
             raise ValueError(f"not a valid header name (got {value!r})")
         return value
 
+    @property
+    def method(self) -> ClientAuth:
+        """The token endpoint authentication actually used (``oauth`` only)."""
+        return self.client_auth or "client_secret_basic"
+
     @model_validator(mode="after")
     def _complete(self) -> McpAuth:
-        if self.type in ("bearer", "api_key", "oauth") and self.secret_ref is None:
-            raise ValueError(f"secret_ref: required for auth type {self.type} (e.g. secret.my_key)")
         if self.type == "oauth":
-            if self.token_url is None:
-                raise ValueError("token_url: required for auth type oauth (an https token endpoint)")
-            if not self.client_id:
-                raise ValueError("client_id: required for auth type oauth")
-        elif "token_endpoint_auth_method" in self.model_fields_set:
-            raise ValueError("token_endpoint_auth_method: only applies to auth type oauth")
-        elif self.token_url is not None or self.client_id is not None or self.scopes:
-            raise ValueError("token_url: token_url, client_id and scopes only apply to auth type oauth")
+            self._check_oauth()
+        else:
+            for name in _OAUTH_ONLY:
+                if getattr(self, name) not in (None, []):
+                    raise ValueError(f"{name}: {', '.join(_OAUTH_ONLY)} only apply to auth type oauth")
+        if self.type in ("bearer", "api_key") and self.secret_ref is None:
+            raise ValueError(f"secret_ref: required for auth type {self.type} (e.g. secret.my_key)")
         if self.type == "none" and self.secret_ref is not None:
             raise ValueError("secret_ref: not used with auth type none; set type to bearer, api_key or oauth")
         return self
+
+    def _check_oauth(self) -> None:
+        if self.token_url is None:
+            raise ValueError("token_url: required for auth type oauth (an https token endpoint)")
+        if not self.client_id:
+            raise ValueError("client_id: required for auth type oauth")
+        if self.method == "private_key_jwt":
+            if self.private_key_ref is None:
+                raise ValueError(
+                    "private_key_ref: required with client_auth private_key_jwt "
+                    "(secret.<name> holding a PEM key)"
+                )
+            if self.secret_ref is not None:
+                raise ValueError(
+                    "secret_ref: not used with client_auth private_key_jwt; the key is private_key_ref"
+                )
+            return
+        if self.secret_ref is None:
+            raise ValueError("secret_ref: required for auth type oauth (e.g. secret.my_key)")
+        for name in _JWT_ONLY:
+            if getattr(self, name) is not None:
+                raise ValueError(f"{name}: only used with client_auth private_key_jwt")
 
 
 class McpServerConfig(_PluginModel):

@@ -88,6 +88,19 @@ class AgentConfig(StrictModel):
     tool_policies: str | None = None
     subagents: SubagentSettings = Field(default_factory=SubagentSettings)
 
+    @model_validator(mode="after")
+    def _tool_files(self) -> AgentConfig:
+        # tools.yaml names servers by id; only the agent's own plugin may say what they are.
+        if self.tools and not self.plugin:
+            raise ValueError(
+                "plugin: required with tools (the plugin declares the MCP servers tools.yaml names)"
+            )
+        if self.tool_policies and not self.tools:
+            raise ValueError(
+                "tools: required with tool_policies (the policies govern the tools of tools.yaml)"
+            )
+        return self
+
 
 class OtelSettings(StrictModel):
     """OpenTelemetry export; off unless an endpoint is set here or in ``OTEL_EXPORTER_OTLP_ENDPOINT``."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, LargeBinary, String, select
+from sqlalchemy import JSON, ForeignKey, LargeBinary, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from hatchway.errors import NotFound
@@ -58,10 +58,3 @@ class ResponseJobStore:
         if row is None:
             raise NotFound(f"No stored request for the queued response '{response_id}'.")
         return ResponseJob(row.response_id, row.body, row.key_id, row.key_name, row.sealed_headers)
-
-    async def exists(self, response_id: str) -> bool:
-        async with self.db.session() as s:
-            found = await s.scalar(
-                select(ResponseJobRecord.response_id).where(ResponseJobRecord.response_id == response_id)
-            )
-        return found is not None

@@ -28,9 +28,9 @@ def data_key_aad(org_id: str) -> bytes:
     return f"hatchway/data-key/v1\0{org_id}".encode()
 
 
-def value_aad(org_id: str, purpose: str) -> bytes:
-    """Associated data of another sealed value of an organisation (what it is for, e.g. a row id)."""
-    return f"hatchway/value/v1\0{org_id}\0{purpose}".encode()
+def blob_aad(org_id: str, purpose: str) -> bytes:
+    """Associated data of an opaque blob an organisation's clients carry (e.g. a compaction)."""
+    return f"hatchway/blob/v1\0{purpose}\0{org_id}".encode()
 
 
 def seal(key: bytes, plaintext: bytes, aad: bytes) -> bytes:

@@ -23,7 +23,7 @@ from hatchway.store.db import Database
 from hatchway.store.tables import Organization, utcnow
 from hatchway.vault.master_key import MasterKey
 from hatchway.vault.names import check_name, normalise_hosts, parse_ref
-from hatchway.vault.sealing import data_key_aad, open_sealed, seal, secret_aad, value_aad
+from hatchway.vault.sealing import blob_aad, data_key_aad, open_sealed, seal, secret_aad
 from hatchway.vault.tables import VaultDataKey, VaultSecret
 
 SYSTEM_ORG = "system"
@@ -156,14 +156,17 @@ class Vault:
                 f"`hatchway secrets set {name} --org {SYSTEM_ORG}`"
             ) from None
 
-    async def seal_value(self, org_id: str, purpose: str, value: bytes) -> bytes:
-        """Encrypt ``value`` with the organisation's data key, bound to ``purpose`` (e.g. a row id)."""
-        return seal(await self._data_key(org_id, create=True), value, value_aad(org_id, purpose))
+    # -- opaque blobs ----------------------------------------------------------------------------
 
-    async def open_value(self, org_id: str, purpose: str, sealed: bytes) -> bytes:
-        """Decrypt what ``seal_value`` sealed for the same organisation and purpose."""
-        key = await self._data_key(org_id, create=False)
-        return open_sealed(key, sealed, value_aad(org_id, purpose), what=purpose)
+    async def seal_blob(self, org_id: str, plaintext: bytes, *, purpose: str) -> bytes:
+        """Seal data the organisation's clients hold but must not read or alter (Responses
+        compaction items). The data key survives master key rotation, so old blobs still open."""
+        return seal(await self._data_key(org_id, create=True), plaintext, blob_aad(org_id, purpose))
+
+    async def open_blob(self, org_id: str, blob: bytes, *, purpose: str) -> bytes:
+        """Open a blob from ``seal_blob`` of the same organisation and purpose; DecryptionError otherwise."""
+        key = await self._data_key(org_id, create=True)
+        return open_sealed(key, blob, blob_aad(org_id, purpose), what=purpose)
 
     # -- data keys -------------------------------------------------------------------------------
 

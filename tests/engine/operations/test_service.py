@@ -100,7 +100,7 @@ async def test_expand_confirm_execute_once_partial_success(
 
     call, output = reply.items
     assert isinstance(call, FunctionCall) and isinstance(output, FunctionCallOutput)
-    assert call.call_id == output.call_id == "call_1" and call.name == "cancelar_vas_avulso"
+    assert call.call_id == output.call_id == f"call_{op.id}" and call.name == "cancelar_vas_avulso"
     summary = json.loads(output.output)
     assert summary["verdict"] == "PARTIAL_SUCCESS"
     assert [(i["name"], i["success"]) for i in summary["items"]] == [

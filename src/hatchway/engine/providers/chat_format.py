@@ -20,6 +20,8 @@ def _part_to_chat(part: dict[str, Any]) -> dict[str, Any]:
         if part.get("detail"):
             image["detail"] = part["detail"]
         return {"type": "image_url", "image_url": image}
+    if kind == "input_file":  # Chat Completions' file part takes the same fields
+        return {"type": "file", "file": {k: v for k, v in part.items() if k != "type"}}
     return part
 
 

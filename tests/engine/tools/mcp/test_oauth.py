@@ -295,12 +295,16 @@ async def test_a_plain_http_token_url_is_refused(setup: Setup) -> None:
     assert token_url_problem("http://idp.local/token") == "must be https (got http://idp.local/token)"
     assert token_url_problem("https://user:pw@idp.example.com/t") is not None
     assert token_url_problem("https://idp.example.com/oauth/token") is None
+    # Loopback traffic never leaves the machine: a local identity provider may speak plain http.
+    for local in ("http://localhost:8081/token", "http://127.0.0.1/t", "http://[::1]:9/t"):
+        assert token_url_problem(local) is None
+    assert token_url_problem("http://localhost.example.com/t") is not None
     plain = unchecked_server(
         "b",
         setup.server.url,
         type="oauth",
         secret_ref=f"secret.{SECRET_NAME}",
-        token_url=setup.endpoint.url.replace("https", "http"),
+        token_url="http://idp.example.com/token",
         client_id="c",
     )
     with pytest.raises(McpAuthError, match=r"auth\.token_url: must be https"):

@@ -17,7 +17,7 @@ from hatchway.engine.context import Principal, RunContext
 from hatchway.engine.tools.mcp.credentials import NoCredentials
 from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
 from hatchway.engine.tools.mcp.pool import McpServerPool
-from hatchway.errors import McpServerError, ToolTimeout
+from hatchway.errors import McpServerError, ToolOutcomeUnknown, ToolTimeout
 from tests.support.mcp_servers import BearerCredentials, McpTestServer, stdio_command
 
 pytestmark = pytest.mark.anyio
@@ -153,6 +153,48 @@ async def test_a_slow_tool_times_out_at_the_servers_timeout(
     assert time.monotonic() - started < 2.0
     after = await mcp.call(config, "echo", {"text": "still fine"}, ctx())  # the session survives
     assert after.result is not None and after.result.text == "echo:still fine"
+
+
+async def test_an_at_most_once_call_is_not_retried_once_it_may_have_reached_the_tool(
+    mcp_server_factory: Callable[..., McpTestServer], pool: McpServerPool
+) -> None:
+    """An operation's execution: a 503 or a timeout after sending is reported, never sent again."""
+    server = mcp_server_factory("s")
+    plugin = plugin_of({"id": "s", "url": server.url, "max_retries": 3, "timeout_ms": 400})
+    [config] = plugin.mcp_servers
+    mcp = client(plugin, pool)
+    await mcp.list_tools(config, ctx())  # the session is open: what fails below is the call itself
+
+    server.fail_next(1, status=503)
+    refused = await mcp.call(config, "echo", {"text": "x"}, ctx(), at_most_once=True)
+    assert isinstance(refused.error, ToolOutcomeUnknown) and not refused.error.transient
+    assert "may or may not have acted" in refused.error.message and refused.retries == 0
+    assert server.tool_calls("echo") == 1
+
+    slow = await mcp.call(config, "slow", {"ms": 3000}, ctx(), at_most_once=True)
+    assert isinstance(slow.error, ToolTimeout) and slow.retries == 0
+    assert server.tool_calls("slow") == 1
+
+    server.fail_next(1, status=503)  # the same failure on an ordinary call is retried
+    retried = await mcp.call(config, "echo", {"text": "y"}, ctx())
+    assert retried.result is not None and retried.retries == 1
+
+
+async def test_an_at_most_once_call_that_could_not_connect_is_retried(
+    mcp_server_factory: Callable[..., McpTestServer],
+) -> None:
+    server = mcp_server_factory("s")
+    plugin = plugin_of({"id": "s", "url": server.url, "max_retries": 1, "timeout_ms": 2000})
+    server.stop()  # nothing listens: the request provably never left
+    pool = McpServerPool()
+    try:
+        outcome = await client(plugin, pool).call(
+            plugin.mcp_servers[0], "echo", {"text": "down"}, ctx(), at_most_once=True
+        )
+    finally:
+        await pool.aclose()
+    assert isinstance(outcome.error, McpServerError) and not isinstance(outcome.error, ToolOutcomeUnknown)
+    assert outcome.retries == 1
 
 
 async def test_a_server_that_goes_down_gives_a_transient_error_after_retries(

@@ -3,6 +3,11 @@
 ``PluginBinding`` is the plan contributor (``Gateway.plan_contributors``). Plugin files named in
 hatchway.yaml are parsed once, when the gateway is built (a broken one stops the start with the
 file and the field path); inline plugins are parsed per distinct header value and cached by hash.
+
+An agent with ``tools:`` (tools.yaml) gets the plugin's client as ``plan.mcp`` but not the plugin's
+tools: its model sees only what tools.yaml declares, bound by the operations contributor under
+their policies. Offering the plain MCP tools as well would let the model call a transactional tool
+(or its validator) around its confirmation.
 """
 
 from __future__ import annotations
@@ -77,27 +82,14 @@ class PluginBinding:
         bound = self.select(plan, headers)
         if bound is None:
             return
-        allow_private = gw.settings.allow_private_mcp_urls
         if not bound.trusted:
-            await _check_untrusted(bound, allow_private=allow_private)
-        for i, server in enumerate(bound.plugin.mcp_servers):
-            forwarded_headers(server.forward_headers, ctx.request_headers)  # CR/LF values → 400 now
-            try:
-                await gw.mcp_credentials.authorize(server, ctx, trusted=bound.trusted)
-            except (SecretNotFound, PermissionDenied) as exc:  # name the plugin field, not "name"
-                param = f"mcp_servers[{i}].auth.secret_ref"
-                raise type(exc)(exc.message, param=param, code=exc.code) from None
-        client = PluginMcpClient(
-            bound.plugin,
-            trusted=bound.trusted,
-            pool=gw.mcp_pool,
-            credentials=gw.mcp_credentials,
-            guard_egress=not bound.trusted and not allow_private,
-        )
+            await _check_untrusted(bound, allow_private=gw.settings.allow_private_mcp_urls)
+        client = await _client(gw, bound, ctx)
         agent = bound.plugin.agent
-        plan.toolsets.append(
-            McpToolset(client, cache=gw.cache, cache_ttl_seconds=agent.tool_cache_ttl_seconds)
-        )
+        if plan.agent is None or not plan.agent.tools:  # tools.yaml agents: see the module docstring
+            plan.toolsets.append(
+                McpToolset(client, cache=gw.cache, cache_ttl_seconds=agent.tool_cache_ttl_seconds)
+            )
         plan.mcp = client
         plan.loop = dataclasses.replace(
             plan.loop, max_rounds=agent.max_rounds, tool_call_parallel=agent.tool_call_parallel
@@ -114,9 +106,7 @@ class PluginBinding:
                 f"The agent '{agent.name}' has no plugin, so its operations cannot be executed.",
                 code="agent_without_plugin",
             )
-        for server in plugin.mcp_servers:
-            await gw.mcp_credentials.authorize(server, ctx, trusted=True)
-        return PluginMcpClient(plugin, trusted=True, pool=gw.mcp_pool, credentials=gw.mcp_credentials)
+        return await _client(gw, BoundPlugin(plugin, f"agent:{agent.name}", trusted=True), ctx)
 
     def select(self, plan: RunPlan, headers: Mapping[str, str]) -> BoundPlugin | None:
         """The plugin for this request: the agent's own, else the inline header, else a routing rule."""
@@ -149,6 +139,24 @@ class PluginBinding:
         if len(self._inline) > _INLINE_CACHE_SIZE:
             self._inline.popitem(last=False)
         return plugin
+
+
+async def _client(gw: Gateway, bound: BoundPlugin, ctx: RunContext) -> PluginMcpClient:
+    """A client of ``bound``'s servers for ``ctx``; bad forwarded values and missing secrets fail now."""
+    for i, server in enumerate(bound.plugin.mcp_servers):
+        forwarded_headers(server.forward_headers, ctx.request_headers)  # CR/LF values → 400 now
+        try:
+            await gw.mcp_credentials.authorize(server, ctx, trusted=bound.trusted)
+        except (SecretNotFound, PermissionDenied) as exc:  # name the plugin field, not "name"
+            param = f"mcp_servers[{i}].auth.secret_ref"
+            raise type(exc)(exc.message, param=param, code=exc.code) from None
+    return PluginMcpClient(
+        bound.plugin,
+        trusted=bound.trusted,
+        pool=gw.mcp_pool,
+        credentials=gw.mcp_credentials,
+        guard_egress=not bound.trusted and not gw.settings.allow_private_mcp_urls,
+    )
 
 
 def _inline_header(headers: Mapping[str, str]) -> tuple[str | None, str | None]:

@@ -36,10 +36,13 @@ class McpToolCaller(Protocol):
         ctx: RunContext,
         *,
         meta: dict[str, Any] | None = None,
+        at_most_once: bool = False,
     ) -> McpCallResult:
         """Call ``tool`` on the plugin's server ``server_id``; ``meta`` goes in the request's ``_meta``.
 
         Raises ToolError (McpServerError / ToolTimeout) when the server cannot be reached or answers
         with a protocol error after the server's retries; a tool's own error result is returned with
-        ``is_error=True`` and is never retried.
+        ``is_error=True`` and is never retried. With ``at_most_once`` (an operation's execution) a
+        failure after the request may have reached the server is not retried: it raises
+        ToolTimeout or ToolOutcomeUnknown.
         """

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import httpx2
 import mcp_types as types
 from mcp import Client
 from mcp.shared.exceptions import MCPError
@@ -26,7 +27,14 @@ from hatchway.engine.tools.mcp.forwarding import forwarded_headers
 from hatchway.engine.tools.mcp.http import EgressDenied, RequestScope, request_scope
 from hatchway.engine.tools.mcp.pool import McpServerPool
 from hatchway.engine.tools.mcp.results import to_call_result
-from hatchway.errors import HatchwayError, McpAuthError, McpServerError, ToolError, ToolTimeout
+from hatchway.errors import (
+    HatchwayError,
+    McpAuthError,
+    McpServerError,
+    ToolError,
+    ToolOutcomeUnknown,
+    ToolTimeout,
+)
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -117,8 +125,13 @@ class PluginMcpClient:
         ctx: RunContext,
         *,
         meta: dict[str, Any] | None = None,
+        at_most_once: bool = False,
     ) -> CallOutcome:
-        """Call ``tool``; transport failures are retried, the tool's own ``isError`` result is not."""
+        """Call ``tool``; transport failures are retried, the tool's own ``isError`` result is not.
+
+        ``at_most_once``: only failures that prove the request never left are retried (see
+        ``_delivery_unknown``).
+        """
 
         async def operation(conn: McpConnection, scope: RequestScope) -> McpCallResult:
             async def send(client: Client) -> types.CallToolResult:
@@ -127,7 +140,7 @@ class PluginMcpClient:
             return to_call_result(await conn.run(send, scope))
 
         try:
-            result, retries = await self._with_retries(server, ctx, operation)
+            result, retries = await self._with_retries(server, ctx, operation, at_most_once=at_most_once)
         except _Failed as failed:
             return CallOutcome(result=None, error=failed.error, retries=failed.retries)
         return CallOutcome(result=result, error=None, retries=retries)
@@ -140,9 +153,12 @@ class PluginMcpClient:
         ctx: RunContext,
         *,
         meta: dict[str, Any] | None = None,
+        at_most_once: bool = False,
     ) -> McpCallResult:
         """``McpToolCaller``: raises ToolError after the server's retries; ``isError`` is returned."""
-        outcome = await self.call(self.server(server_id), tool, arguments, ctx, meta=meta)
+        outcome = await self.call(
+            self.server(server_id), tool, arguments, ctx, meta=meta, at_most_once=at_most_once
+        )
         if outcome.error is not None:
             raise outcome.error
         assert outcome.result is not None
@@ -151,13 +167,13 @@ class PluginMcpClient:
     # -- attempts ------------------------------------------------------------------------------
 
     async def _with_retries(
-        self, server: McpServerConfig, ctx: RunContext, op: Operation[T]
+        self, server: McpServerConfig, ctx: RunContext, op: Operation[T], *, at_most_once: bool = False
     ) -> tuple[T, int]:
         retries = 0
         reauthorized = False
         while True:
             try:
-                return await self._attempt(server, ctx, op), retries
+                return await self._attempt(server, ctx, op, at_most_once=at_most_once), retries
             except _Unauthorized as refused:
                 if reauthorized:
                     error = McpServerError(
@@ -178,7 +194,9 @@ class PluginMcpClient:
         delay += random.uniform(0, delay / 2)  # spread replicas retrying the same server
         return max(min(delay, ctx.remaining()), 0.0)
 
-    async def _attempt(self, server: McpServerConfig, ctx: RunContext, op: Operation[T]) -> T:
+    async def _attempt(
+        self, server: McpServerConfig, ctx: RunContext, op: Operation[T], *, at_most_once: bool = False
+    ) -> T:
         headers = await self._headers(server, ctx)
         timeout = max(min(server.timeout_ms / 1000, ctx.remaining()), 0.001)
         connection: McpConnection | None = None
@@ -204,7 +222,10 @@ class PluginMcpClient:
             await self.pool.discard(connection)
         if scope.status == 401:
             raise _Unauthorized(headers)
-        raise _http_failure(server, scope) or failure
+        failure = _http_failure(server, scope) or failure
+        if at_most_once and connection is not None and _delivery_unknown(failure, scope):
+            raise _outcome_unknown(failure)
+        raise failure
 
     async def _headers(self, server: McpServerConfig, ctx: RunContext) -> dict[str, str]:
         if server.kind == "stdio":
@@ -240,6 +261,25 @@ def _http_failure(server: McpServerConfig, scope: RequestScope) -> ToolError | N
     if scope.status in (403, 404):
         return McpServerError(f"{server.id}: HTTP {scope.status}", code="mcp_http_error")
     return None
+
+
+def _delivery_unknown(failure: ToolError, scope: RequestScope) -> bool:
+    """Whether a failed call, once its session was open, may have reached the tool anyway.
+
+    Only retryable failures qualify (a refusal — 401, 403, 404, a protocol error — says the tool did
+    not run); of those, only a connect error proves the request never left.
+    """
+    if not failure.transient:
+        return False
+    return not isinstance(scope.error, httpx2.ConnectError | httpx2.ConnectTimeout)
+
+
+def _outcome_unknown(failure: ToolError) -> ToolError:
+    """The same failure, not retryable, saying that the tool may have acted."""
+    message = f"{failure.message}; the server may or may not have acted"
+    if isinstance(failure, ToolTimeout):
+        return ToolTimeout(message, code=failure.code)
+    return ToolOutcomeUnknown(message, code=failure.code)
 
 
 def _protocol_failure(server: McpServerConfig, exc: MCPError) -> ToolError:

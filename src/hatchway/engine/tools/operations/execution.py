@@ -24,7 +24,7 @@ from hatchway.engine.tools.operations.models import (
     operation_to_dict,
 )
 from hatchway.engine.tools.operations.store import EXPIRED, OperationStore
-from hatchway.errors import Conflict, ToolError, ToolTimeout
+from hatchway.errors import Conflict, ToolError, ToolOutcomeUnknown, ToolTimeout
 
 S = OperationStatus
 MAX_STORED_RESULT_CHARS = 65_536
@@ -124,12 +124,18 @@ def check_confirmable(op: OperationRecord, expected_digest: str | None = None) -
 async def execute_claimed(
     store: OperationStore, op: OperationRecord, caller: McpToolCaller, ctx: RunContext
 ) -> OperationRecord:
-    """Call the primary tool once for an operation this process claimed; record the verdict."""
+    """Call the primary tool once for an operation this process claimed; record the verdict.
+
+    The call is at most once: a failure after the request may have reached the server is not
+    retried and leaves the operation INTERRUPTED (outcome unknown); FAILED means it did not run.
+    """
     arguments = op.resolved_arguments if op.resolved_arguments is not None else op.arguments
     heartbeat = asyncio.create_task(_renew_lease(store, op.id))
     try:
-        result = await caller.call_mcp_tool(op.server, op.tool, arguments, ctx, meta=execution_meta(op))
-    except ToolTimeout as exc:
+        result = await caller.call_mcp_tool(
+            op.server, op.tool, arguments, ctx, meta=execution_meta(op), at_most_once=True
+        )
+    except (ToolTimeout, ToolOutcomeUnknown) as exc:
         await store.finish(op.id, S.INTERRUPTED, status_reason=_unknown(exc), error=_error(exc, ctx))
     except ToolError as exc:
         await store.finish(
@@ -185,7 +191,8 @@ def _error(exc: ToolError, ctx: RunContext) -> dict[str, Any]:
 
 
 def _unknown(exc: ToolError) -> str:
-    return f"no answer in time ({exc.code}): the server may or may not have acted; not re-run"
+    what = "no answer in time" if isinstance(exc, ToolTimeout) else "the call failed after it was sent"
+    return f"{what} ({exc.code}): the server may or may not have acted; not re-run"
 
 
 async def cancel_operation(

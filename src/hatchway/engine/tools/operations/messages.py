@@ -115,8 +115,12 @@ def direct_output(tool: str, verdict: dict[str, Any]) -> str:
 
 
 def preamble_items(op: OperationRecord) -> list[Item]:
-    """The operation as a call and its output, for the model's next turn (after a yes/no reply)."""
-    call_id = op.call_id or f"call_{op.id}"
+    """The operation as a call and its output, for the model's next turn (after a yes/no reply).
+
+    The call id is the operation's own, not the model's first call's: in a Responses chain that
+    first call is already in the history, and call ids must stay unique in a conversation.
+    """
+    call_id = f"call_{op.id}"
     arguments = op.resolved_arguments if op.resolved_arguments is not None else op.arguments
     return [
         FunctionCall(call_id=call_id, name=op.tool, arguments=_dumps(arguments)),

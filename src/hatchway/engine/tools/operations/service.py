@@ -141,6 +141,15 @@ class OperationService:
     def handles(self, name: str) -> bool:
         return name in self.tools.enabled()
 
+    def is_operation(self, name: str) -> bool:
+        """Whether calls of ``name`` become durable operations (transactional or confirmed)."""
+        return self.handles(name) and self.tools.policy(name).is_operation
+
+    def server_of(self, name: str) -> str | None:
+        """The MCP server id tools.yaml names for ``name``."""
+        tool = self.tools.tools.get(name)
+        return tool.mcp_server if tool is not None else None
+
     # -- a model's tool call ---------------------------------------------------------------------
 
     async def call(

@@ -1,7 +1,9 @@
 """The OAuth 2.1 client_credentials exchange against a server's token endpoint (RFC 6749 §4.4).
 
 The client authenticates as §2.3.1 requires: HTTP Basic with the form-urlencoded client id and
-secret (``client_secret_basic``, the default), or both in the form body (``client_secret_post``).
+secret (``client_secret_basic``, the default), or both in the form body (``client_secret_post``);
+or, with no shared secret at all, with a JWT signed by its private key (``private_key_jwt``,
+RFC 7523 §2.2, see ``assertion.py``).
 Anything short of a well-formed bearer token — a non-2xx status, a redirect (never followed), a
 timeout, a body over 64 KiB, no ``access_token`` — raises McpAuthError; nothing falls back to an
 unauthenticated request. Error messages name the server and the endpoint, never a secret.
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import ipaddress
 import re
 import ssl
 from dataclasses import dataclass, field
@@ -20,26 +23,39 @@ from urllib.parse import quote_plus, urlsplit
 import httpx
 import orjson
 
+from hatchway.engine.tools.mcp.auth.assertion import ASSERTION_TYPE, sign_assertion
 from hatchway.engine.tools.mcp.auth.egress import PinnedAddress
 from hatchway.errors import McpAuthError
 
 MAX_TOKEN_BODY = 64 * 1024
 DEFAULT_EXPIRES_IN = 300.0
 """Used when the endpoint omits ``expires_in`` (RFC 6749 makes it optional): refetch every 5 min."""
-TokenEndpointAuthMethod = Literal["client_secret_basic", "client_secret_post"]
-"""How the client id and secret reach the token endpoint (RFC 7591 ``token_endpoint_auth_method``)."""
-AUTH_METHODS: tuple[str, ...] = get_args(TokenEndpointAuthMethod)
+ClientAuth = Literal["client_secret_basic", "client_secret_post", "private_key_jwt"]
+"""How the client authenticates at the token endpoint (RFC 7591 calls it ``token_endpoint_auth_method``)."""
+AUTH_METHODS: tuple[str, ...] = get_args(ClientAuth)
 _TOKEN_CHARS = re.compile(r"^[\x21-\x7e]+$")  # visible ASCII: safe inside an Authorization header
 
 
+def is_loopback_host(host: str | None) -> bool:
+    """``localhost`` or a loopback IP: traffic that never leaves the machine."""
+    if not host:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def token_url_problem(url: str) -> str | None:
-    """Why ``url`` cannot be a token endpoint (https only, no credentials in it), or None.
+    """Why ``url`` cannot be a token endpoint (https, or http on loopback; no credentials), or None.
 
     The one rule for ``auth.token_url``: plugin validation reports it with the field path, and the
     exchange checks it again before any request.
     """
     parts = urlsplit(url)
-    if parts.scheme != "https":
+    if parts.scheme != "https" and not (parts.scheme == "http" and is_loopback_host(parts.hostname)):
         return f"must be https (got {url})"
     if not parts.hostname:
         return f"must name a host (got {url})"
@@ -60,8 +76,12 @@ class ClientCredentials:
     token_url: str
     client_id: str
     client_secret: str = field(repr=False)
+    """The client secret, or for ``private_key_jwt`` the PEM private key (never sent)."""
     scopes: tuple[str, ...] = ()
-    auth_method: TokenEndpointAuthMethod = "client_secret_basic"
+    auth_method: ClientAuth = "client_secret_basic"
+    audience: str | None = None
+    """``private_key_jwt``: the assertion's ``aud`` (the token_url when None)."""
+    kid: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +104,19 @@ def build_request(grant: ClientCredentials) -> tuple[dict[str, str], dict[str, s
         "Accept": "application/json",
         "Accept-Encoding": "identity",  # the 64 KiB cap applies to what we read, so no compression
     }
-    if grant.auth_method == "client_secret_post":
+    if grant.auth_method == "private_key_jwt":
+        assertion = sign_assertion(
+            grant.client_secret,
+            client_id=grant.client_id,
+            audience=grant.audience or grant.token_url,
+            kid=grant.kid,
+        )
+        form |= {
+            "client_id": grant.client_id,
+            "client_assertion_type": ASSERTION_TYPE,
+            "client_assertion": assertion,
+        }
+    elif grant.auth_method == "client_secret_post":
         form |= {"client_id": grant.client_id, "client_secret": grant.client_secret}
     else:
         headers["Authorization"] = _basic(grant.client_id, grant.client_secret)

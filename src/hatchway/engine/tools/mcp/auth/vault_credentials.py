@@ -2,7 +2,8 @@
 
 ``none`` sends nothing; ``bearer`` sends ``Authorization: Bearer <secret>``; ``api_key`` sends
 ``<header>: <secret>`` (``X-Api-Key`` by default); ``oauth`` performs client_credentials with the
-client secret from the vault and sends the access token as a bearer. Secrets are always read from
+client secret from the vault (or, for ``client_auth: private_key_jwt``, an assertion signed with the
+vault's private key) and sends the access token as a bearer. Secrets are always read from
 the vault of the organisation that runs the request, so another organisation's secret of the same
 name is out of reach.
 """
@@ -13,7 +14,7 @@ import hashlib
 import ssl
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import orjson
@@ -50,12 +51,18 @@ def header_safe(value: str, what: str) -> str:
     return value
 
 
+class SecretSource(Protocol):
+    """Where credentials read secrets: the vault, or (``hatchway mcp probe``) values given to the CLI."""
+
+    async def get(self, org_id: str, name: str) -> Secret: ...
+
+
 class VaultCredentials:
     """Implements ``McpCredentials`` over a Vault and the shared Cache (for OAuth tokens)."""
 
     def __init__(
         self,
-        vault: Vault,
+        vault: Vault | SecretSource,
         cache: Cache,
         *,
         clock: Clock = time.time,
@@ -134,6 +141,8 @@ class VaultCredentials:
             client_secret=secret.value,
             scopes=tuple(getattr(auth, "scopes", None) or ()),
             auth_method=_auth_method(auth),
+            audience=getattr(auth, "audience", None),
+            kid=getattr(auth, "kid", None),
         )
         pin = None
         if not trusted and not self.allow_private_hosts:
@@ -154,7 +163,20 @@ def _bearer_of(headers: Mapping[str, str]) -> str | None:
 
 
 def _auth_method(auth: Any) -> str:
-    return getattr(auth, "token_endpoint_auth_method", None) or AUTH_METHODS[0]
+    # ``client_auth`` is the plugin's field; ``token_endpoint_auth_method`` (RFC 7591's name) is
+    # read too so a configuration object spelling it that way keeps working.
+    return (
+        getattr(auth, "client_auth", None)
+        or getattr(auth, "token_endpoint_auth_method", None)
+        or AUTH_METHODS[0]
+    )
+
+
+def _ref_field(auth: Any) -> str:
+    """Which field names the vault secret: the private key for ``private_key_jwt``, else secret_ref."""
+    if getattr(auth, "type", None) == "oauth" and _auth_method(auth) == "private_key_jwt":
+        return "private_key_ref"
+    return "secret_ref"
 
 
 def secret_name(server: Any) -> str:
@@ -168,16 +190,17 @@ def secret_name(server: Any) -> str:
     where = f"MCP server '{server.id}': auth"
     if kind not in AUTH_TYPES:
         raise InvalidRequest(f"{where}.type: unknown auth type '{kind}'")
-    ref = getattr(auth, "secret_ref", None)
+    field = _ref_field(auth)
+    ref = getattr(auth, field, None)
     if not ref or (problem := ref_problem(ref)):
-        raise InvalidRequest(f"{where}.secret_ref: {problem if ref else f'required for auth type {kind!r}'}")
+        raise InvalidRequest(f"{where}.{field}: {problem if ref else f'required for auth type {kind!r}'}")
     if kind == "oauth":
         if problem := token_url_problem(getattr(auth, "token_url", None) or ""):
             raise InvalidRequest(f"{where}.token_url: {problem}")
         if not getattr(auth, "client_id", None):
             raise InvalidRequest(f"{where}.client_id: required for auth type 'oauth'")
         if _auth_method(auth) not in AUTH_METHODS:
-            raise InvalidRequest(f"{where}.token_endpoint_auth_method: one of {', '.join(AUTH_METHODS)}")
+            raise InvalidRequest(f"{where}.client_auth: one of {', '.join(AUTH_METHODS)}")
     return ref.removeprefix("secret.")
 
 
@@ -195,7 +218,10 @@ def token_key(server: Any, ctx: RunContext) -> str:
         auth.client_id,
         sorted(getattr(auth, "scopes", None) or []),
         auth.secret_ref,
-        getattr(auth, "token_endpoint_auth_method", None),
+        _auth_method(auth),
+        getattr(auth, "private_key_ref", None),
+        getattr(auth, "kid", None),
+        getattr(auth, "audience", None),
     ]
     digest = hashlib.sha256(orjson.dumps(identity)).hexdigest()[:32]
     return f"mcp-oauth:{ctx.org_id}:{digest}"

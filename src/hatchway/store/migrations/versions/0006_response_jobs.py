@@ -1,6 +1,6 @@
 """Background responses on the job queue: the stored request of each queued response.
 
-Revision ID: 0005_response_jobs
+Revision ID: 0006_response_jobs
 Revises: 0003_responses
 """
 
@@ -9,7 +9,7 @@ from alembic import op
 
 from hatchway.store.tables import UTCDateTime
 
-revision = "0005_response_jobs"
+revision = "0006_response_jobs"
 down_revision = "0003_responses"
 branch_labels = None
 depends_on = None

@@ -1,0 +1,189 @@
+"""Turning ``hatchway mcp probe`` options into the server entry and credentials the gateway would use.
+
+Secrets never come from argv (shell history, ``ps``): a bearer token or client secret is read from
+stdin or from a named environment variable, a private key from stdin or a file. They are handed to
+``VaultCredentials`` through ``GivenSecrets``, so the probe authenticates exactly as a run does.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from hatchway.config.loading import validate_document
+from hatchway.config.plugin import McpServerConfig
+from hatchway.engine.tools.mcp.auth.discovery import AuthorizationServer, discover_authorization_server
+from hatchway.errors import InvalidRequest
+
+PROBE_SERVER_ID = "probe"
+BEARER = "probe_bearer"
+CLIENT_SECRET = "probe_client_secret"
+PRIVATE_KEY = "probe_private_key"
+_DISCOVERY_TIMEOUT = 10.0
+
+
+@dataclass
+class SecretInputs:
+    """Where each secret comes from: ``stdin`` is read once, so at most one secret may use it."""
+
+    bearer_env: str | None = None
+    bearer_stdin: bool = False
+    client_secret_env: str | None = None
+    client_secret_stdin: bool = False
+    private_key_file: Path | None = None
+    private_key_stdin: bool = False
+
+    def read(self, stdin: Any) -> dict[str, str]:
+        """The given secrets by vault name; InvalidRequest for a missing or doubly-sourced one."""
+        if sum((self.bearer_stdin, self.client_secret_stdin, self.private_key_stdin)) > 1:
+            raise InvalidRequest("only one secret can be read from stdin")
+        values: dict[str, str] = {}
+        sources = (
+            (BEARER, self.bearer_env, self.bearer_stdin, "--bearer-env", "--bearer-stdin"),
+            (
+                CLIENT_SECRET,
+                self.client_secret_env,
+                self.client_secret_stdin,
+                "--client-secret-env",
+                "…-stdin",
+            ),
+        )
+        for name, env, from_stdin, env_flag, stdin_flag in sources:
+            if env and from_stdin:
+                raise InvalidRequest(f"give {env_flag} or {stdin_flag}, not both")
+            if env:
+                values[name] = _from_env(env, env_flag)
+            elif from_stdin:
+                values[name] = _from_stdin(stdin, stdin_flag)
+        if self.private_key_file is not None and self.private_key_stdin:
+            raise InvalidRequest("give --private-key-file or --private-key-stdin, not both")
+        if self.private_key_file is not None:
+            try:
+                values[PRIVATE_KEY] = self.private_key_file.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise InvalidRequest(f"--private-key-file {self.private_key_file}: {exc.strerror}") from None
+        elif self.private_key_stdin:
+            values[PRIVATE_KEY] = _from_stdin(stdin, "--private-key-stdin")
+        return values
+
+
+@dataclass
+class OAuthInputs:
+    token_url: str | None = None
+    client_id: str | None = None
+    client_auth: str | None = None
+    scopes: list[str] = field(default_factory=list)
+    kid: str | None = None
+    audience: str | None = None
+
+
+@dataclass
+class Target:
+    """The server to probe, as options describe it (URL or command; transport; auth)."""
+
+    url: str | None = None
+    sse: bool = False
+    command: str | None = None
+    args: list[str] = field(default_factory=list)
+    timeout_ms: int = 30_000
+    retries: int = 0
+
+    def entry(self) -> dict[str, Any]:
+        """The plugin ``mcp_servers[]`` entry, before auth."""
+        data: dict[str, Any] = {
+            "id": PROBE_SERVER_ID,
+            "timeout_ms": self.timeout_ms,
+            "max_retries": self.retries,
+        }
+        if self.command is not None:
+            if self.url is not None:
+                raise InvalidRequest("give a URL or --command, not both")
+            if self.sse:
+                raise InvalidRequest("--sse is for URL servers; --command servers speak stdio")
+            return data | {"command": self.command, "args": list(self.args)}
+        if self.url is None:
+            raise InvalidRequest(
+                "give the server's URL, --command for a stdio server, or --plugin with --server"
+            )
+        if self.args:
+            raise InvalidRequest("--arg is for --command servers")
+        return data | {"url": self.url, "transport": "sse" if self.sse else "streamable_http"}
+
+
+async def build_server(
+    target: Target, oauth: OAuthInputs, secrets: dict[str, str]
+) -> tuple[McpServerConfig, AuthorizationServer | None]:
+    """The validated server entry; discovers the token endpoint when OAuth has no token URL."""
+    data = target.entry()
+    discovered = None
+    if BEARER in secrets:
+        if oauth.client_id:
+            raise InvalidRequest("give a bearer token or OAuth client credentials, not both")
+        data["auth"] = {"type": "bearer", "secret_ref": f"secret.{BEARER}"}
+    elif oauth.client_id or oauth.token_url:
+        if target.url is None:
+            raise InvalidRequest("OAuth needs an HTTP server URL")
+        if oauth.token_url is None:
+            discovered = await _discover(target.url)
+        data["auth"] = _oauth_block(oauth, secrets, discovered)
+    elif CLIENT_SECRET in secrets or PRIVATE_KEY in secrets:
+        raise InvalidRequest("a client secret or private key needs --client-id")
+    return validate_document(McpServerConfig, data, "probe options"), discovered
+
+
+def _oauth_block(
+    oauth: OAuthInputs, secrets: dict[str, str], discovered: AuthorizationServer | None
+) -> dict[str, Any]:
+    if not oauth.client_id:
+        raise InvalidRequest("OAuth needs --client-id")
+    method = oauth.client_auth or _default_method(secrets, discovered)
+    block: dict[str, Any] = {
+        "type": "oauth",
+        "token_url": oauth.token_url or (discovered.token_endpoint if discovered else None),
+        "client_id": oauth.client_id,
+        "scopes": list(oauth.scopes),
+        "client_auth": method,
+    }
+    if method == "private_key_jwt":
+        if PRIVATE_KEY not in secrets:
+            raise InvalidRequest("private_key_jwt needs --private-key-file or --private-key-stdin")
+        # RFC 7523bis: the audience is the authorization server's issuer; fall back to the token URL.
+        audience = oauth.audience or (discovered.issuer if discovered else None)
+        return block | {"private_key_ref": f"secret.{PRIVATE_KEY}", "kid": oauth.kid, "audience": audience}
+    if CLIENT_SECRET not in secrets:
+        raise InvalidRequest("OAuth client credentials need --client-secret-stdin or --client-secret-env")
+    return block | {"secret_ref": f"secret.{CLIENT_SECRET}"}
+
+
+def _default_method(secrets: dict[str, str], discovered: AuthorizationServer | None) -> str:
+    if PRIVATE_KEY in secrets:
+        return "private_key_jwt"
+    methods = discovered.auth_methods if discovered else ()
+    if methods and "client_secret_basic" not in methods and "client_secret_post" in methods:
+        return "client_secret_post"
+    return "client_secret_basic"
+
+
+async def _discover(url: str) -> AuthorizationServer:
+    async with httpx.AsyncClient(
+        timeout=_DISCOVERY_TIMEOUT, follow_redirects=False, trust_env=False
+    ) as client:
+        return await discover_authorization_server(url, client=client)
+
+
+def _from_env(name: str, flag: str) -> str:
+    value = os.environ.get(name)
+    if not value:
+        raise InvalidRequest(f"{flag} {name}: the environment variable is not set or empty")
+    return value
+
+
+def _from_stdin(stdin: Any, flag: str) -> str:
+    value = stdin.read().removesuffix("\n").removesuffix("\r")
+    if not value:
+        raise InvalidRequest(f"{flag}: nothing was read from stdin")
+    return value

@@ -1,0 +1,110 @@
+"""One diagnostic session with one MCP server, through exactly the gateway's client code.
+
+``probe_server`` builds a one-server plugin and drives it with ``PluginMcpClient`` over a
+``McpServerPool``: the same sessions, transports, per-call headers, credentials (``VaultCredentials``
+over the vault or over values given to the CLI), timeouts and retries a run gets. It is what
+``hatchway mcp probe`` prints, and what the MCP conformance adapter drives.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types as types
+
+from hatchway.config.plugin import McpServerConfig, PluginConfig
+from hatchway.engine.context import Principal, RunContext
+from hatchway.engine.tools.mcp.calls import McpCallResult
+from hatchway.engine.tools.mcp.credentials import McpCredentials
+from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
+from hatchway.engine.tools.mcp.pool import McpServerPool
+from hatchway.errors import SecretNotFound, ToolError
+from hatchway.vault.store import Secret
+
+PROBE_ORG = "probe"
+"""The organisation id of a probe whose secrets were given on the command line."""
+
+
+@dataclass(slots=True)
+class ProbeReport:
+    """What one probe learnt."""
+
+    server_name: str | None
+    server_version: str | None
+    protocol_version: str | None
+    tools: list[types.Tool]
+    result: McpCallResult | None = None
+    """The result of ``--call``, when a tool was called."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    name: str
+    arguments: dict[str, Any]
+
+
+def probe_context(org_id: str = PROBE_ORG, org_name: str = PROBE_ORG, *, timeout: float) -> RunContext:
+    """A run context for a probe: its organisation (whose vault is read) and its time limit."""
+    return RunContext(
+        principal=Principal(org_id=org_id, org_name=org_name), deadline=time.monotonic() + timeout
+    )
+
+
+async def probe_server(
+    server: McpServerConfig,
+    credentials: McpCredentials,
+    ctx: RunContext,
+    *,
+    call: ToolCall | None = None,
+) -> ProbeReport:
+    """Connect, list the tools and (optionally) call one; ToolError says why it could not."""
+    pool = McpServerPool(tools_ttl_seconds=0)
+    client = PluginMcpClient(
+        PluginConfig(version="1", mcp_servers=[server]), trusted=True, pool=pool, credentials=credentials
+    )
+    try:
+        tools = await client.list_tools(server, ctx)
+        # The listing opened the session (with the call's credentials); this only looks it up.
+        connection = await pool.connection(server, ctx.org_id, trusted=True)
+        info = connection.client.server_info
+        report = ProbeReport(
+            server_name=info.name if info else None,
+            server_version=info.version if info else None,
+            protocol_version=connection.protocol_version,
+            tools=tools,
+        )
+        if call is not None:
+            outcome = await client.call(server, call.name, call.arguments, ctx)
+            if outcome.error is not None:
+                raise outcome.error
+            report.result = outcome.result
+        return report
+    finally:
+        await pool.aclose()
+
+
+def failure_kind(error: ToolError) -> str:
+    """``auth``, ``unreachable``, ``protocol`` or ``other``: what the CLI's exit code says."""
+    code = error.code or ""
+    if code.startswith("oauth_") or code in {"mcp_unauthorized", "mcp_auth_failed", "secret_not_found"}:
+        return "auth"
+    if code in {"mcp_unreachable", "mcp_connection_lost", "egress_denied", "tool_timeout"}:
+        return "unreachable"
+    if code in {"mcp_protocol_error", "mcp_http_error"}:
+        return "protocol"
+    return "other"
+
+
+class GivenSecrets:
+    """Secrets handed to the probe on stdin or in environment variables, in place of a vault."""
+
+    def __init__(self, values: dict[str, str]) -> None:
+        self._values = dict(values)
+
+    async def get(self, org_id: str, name: str) -> Secret:
+        value = self._values.get(name)
+        if value is None:
+            raise SecretNotFound(f"no secret '{name}' was given to the probe")
+        return Secret(name=name, value=value)

@@ -1,0 +1,99 @@
+"""An agent's tools.yaml tools as a toolset of the loop: policies on every call, the user's reply first.
+
+``call_tool`` runs a model's call through ``OperationService.call``; a call that needs the user's
+confirmation pauses the loop with an ``Interruption`` whose message is the confirmation question.
+``before_run`` reads the end user's new message — and only that — for the conversation's pending
+operation (``OperationService.reply``):
+
+- no pending operation, or a message that is not the user's: nothing happens;
+- yes / no / expired: the operation (executed, cancelled or expired) is put before the model as a
+  call and its per-item output, and the model reports it;
+- ambiguous: the same question is asked again and the model is not called. While an operation
+  awaits confirmation, the last thing the user sees is therefore always its question, so a later
+  "sim" can only mean that question. To ask for something else the user says no first, alone or
+  with the new request ("não, cancele só o Produto A"): the no cancels, and the model, called on
+  the same message, may start the new operation.
+
+Confirmation never comes from the model or a tool: tool outputs and assistant messages are never
+read as replies, and a model calling the tool again (with ``"confirm": true`` or anything else)
+only opens a new operation, which supersedes the pending one and asks the user again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from hatchway.engine.context import RunContext
+from hatchway.engine.items import FunctionCall, Item, Message, ToolSpec
+from hatchway.engine.tools.base import Interruption, RunPreamble, ToolResult, Toolset
+from hatchway.engine.tools.mcp.calls import McpToolCaller
+from hatchway.engine.tools.operations.service import (
+    OperationService,
+    OperationStep,
+    ReplyOutcome,
+    StepKind,
+)
+
+
+class OperationToolset(Toolset):
+    """One run's view of an agent's ``OperationService``, calling through the run's MCP client."""
+
+    def __init__(self, service: OperationService, caller: McpToolCaller) -> None:
+        self.service = service
+        self.caller = caller
+        self._asking: str | None = None
+        """The operation this run asks the user to confirm (one per run)."""
+        self._lock = asyncio.Lock()
+
+    async def list_tools(self, ctx: RunContext) -> list[ToolSpec]:
+        return self.service.tool_specs()
+
+    async def call_tool(self, call: FunctionCall, ctx: RunContext) -> ToolResult:
+        if not self.service.is_operation(call.name):
+            return self._result(call, await self._call(call, ctx))
+        # Operations of one run go one at a time, and once one waits for the user the others wait
+        # too: the user is asked one question, about the operation that is actually pending.
+        async with self._lock:
+            if self._asking is not None:
+                return ToolResult.error(
+                    "confirmation_pending",
+                    f"Not executed: operation {self._asking} of this turn awaits the user's confirmation. "
+                    "Put every item in one call; call again after the user answers.",
+                    server=self.service.server_of(call.name),
+                    tool=call.name,
+                    operation_id=self._asking,
+                )
+            step = await self._call(call, ctx)
+            if step.kind is StepKind.NEEDS_CONFIRMATION and step.operation is not None:
+                self._asking = step.operation.id
+        return self._result(call, step)
+
+    async def before_run(self, items: list[Item], ctx: RunContext) -> RunPreamble | None:
+        last = items[-1] if items else None
+        if not isinstance(last, Message) or last.role != "user":
+            return None  # only the end user's own message can answer a confirmation
+        reply = await self.service.reply(last.text, ctx, self.caller)
+        if reply is None:
+            return None
+        if reply.outcome is ReplyOutcome.ASK_AGAIN:
+            return RunPreamble(answer=reply.answer or reply.operation.confirmation_message or "")
+        return RunPreamble(items=reply.items)
+
+    async def _call(self, call: FunctionCall, ctx: RunContext) -> OperationStep:
+        return await self.service.call(call.name, call.arguments, ctx, self.caller, call_id=call.call_id)
+
+    def _result(self, call: FunctionCall, step: OperationStep) -> ToolResult:
+        """The step as the loop takes it; ``meta`` (operation id, status, verdict) goes to the run log."""
+        meta: dict[str, Any] = {"server": self.service.server_of(call.name), "tool": call.name, **step.meta}
+        op = step.operation
+        if op is not None and op.verdict:
+            meta["verdict"] = op.verdict.get("status")
+        meta["outcome"] = "error" if "error_code" in meta else step.kind.value
+        interrupt = None
+        if step.kind is StepKind.NEEDS_CONFIRMATION and op is not None:
+            interrupt = Interruption(
+                message=step.question or op.confirmation_message or "",
+                data={"operation_id": op.id, "tool": op.tool, "arguments_digest": op.arguments_digest},
+            )
+        return ToolResult(output=step.output, is_error=step.is_error, meta=meta, interrupt=interrupt)
