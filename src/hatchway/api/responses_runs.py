@@ -328,14 +328,15 @@ class ResponseRunner:
         return ChildOutcome(response_id=run.record.id, output_text=output_text(run.output))
 
 
-def error_object(exc: HatchwayError, ctx: RunContext) -> dict[str, Any]:
-    """The stored ``error`` of a response that failed with ``exc`` (secrets scrubbed)."""
+def error_object(exc: HatchwayError, ctx: RunContext | None = None) -> dict[str, Any]:
+    """The stored ``error`` of a response that failed with ``exc`` (the run's secrets scrubbed)."""
     code = (
         "rate_limit_exceeded"
         if isinstance(exc, ProviderStatusError) and exc.upstream_status == 429
         else "server_error"
     )
-    return {"code": code, "message": ctx.redact(exc.message), "type": exc.code, "param": exc.param}
+    message = ctx.redact(exc.message) if ctx is not None else exc.message
+    return {"code": code, "message": message, "type": exc.code, "param": exc.param}
 
 
 def check_call_outputs(history: list[dict[str, Any]], input_records: list[dict[str, Any]]) -> None:

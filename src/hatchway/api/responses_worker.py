@@ -46,7 +46,7 @@ async def run_queued(gw: Gateway, org_id: str, response_id: str) -> None:
         run = await runner.restore(body, ctx, record)
     except HatchwayError as exc:  # restore() has recorded its own failures; this records the rest
         logger.warning("background response %s cannot run: %s", response_id, exc.message)
-        error = error_object(exc, RunContext(principal=Principal(org_id, "")))
+        error = error_object(exc)  # before any secret of the run was resolved
         await gw.responses.finish(response_id, Outcome(status="failed", output=[], error=error))
         return
     # Registered with the gateway's tasks so a cancel seen at lease renewal, or shutdown, stops it.
@@ -97,8 +97,4 @@ async def serve_queue(gw: Gateway) -> None:
     concurrency = gw.settings.background.serve_concurrency
     if gw.jobs is None or concurrency == 0:
         return
-    worker = response_worker(gw, concurrency)
-    try:
-        await worker.run()
-    finally:
-        await worker.stop()
+    await response_worker(gw, concurrency).run()

@@ -57,12 +57,25 @@ class ResponseWorker:
         )
 
     async def run(self) -> None:
-        """Work until ``stop()`` (or cancellation)."""
+        """Work until ``stop()`` or cancellation (which stops the same way)."""
         await self.queue.connect()
-        await self.worker.start()
+        working = asyncio.create_task(self.worker.start(), name="saq:worker")
+        try:
+            await asyncio.shield(working)
+        except asyncio.CancelledError:
+            await self.stop()
+            await working
+            raise
 
     async def stop(self) -> None:
         """Stop taking jobs; running ones get the shutdown grace period, then are cancelled."""
+        # SAQ's stop waits for every task, its upkeep loops too, each up to its own interval (the
+        # sweep's: seconds). They have nothing to finish: end them now (with the stop flag set, so
+        # they take the cancellation as shutdown), and leave the grace period to running jobs.
+        self.worker.event.set()
+        for task in list(self.worker.tasks):
+            if task.get_name() != "process":
+                task.cancel()
         await self.worker.stop()
 
     async def _job(self, ctx: dict[str, Any], *, org_id: str, response_id: str) -> None:
