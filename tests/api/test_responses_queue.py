@@ -63,6 +63,8 @@ def test_a_background_response_goes_through_the_queue_and_another_replica_runs_i
     assert done.output_text == "ran on the other replica"
     job = job_of(runner, created.id)
     assert job is not None and job.status == "complete" and job.worker_id == runner.gateway.replica_id
+    ready = httpx.get(f"{front.url}/readyz").json()
+    assert ready["checks"] == {"database": "ok", "redis": "ok"} and ready["queue_workers"] == 1
 
 
 def test_a_cancel_on_another_replica_stops_the_run_within_seconds(
@@ -138,3 +140,6 @@ def test_when_redis_refuses_the_job_the_response_fails_with_503(
     )
     assert listed.json()["status"] == "failed" and listed.json()["error"]["type"] == "queue_unavailable"
     assert llm.requests == []
+    ready = httpx.get(f"{gw.url}/readyz")
+    assert ready.status_code == 503 and ready.json()["checks"]["redis"] == "unreachable (ConnectionError)"
+    assert httpx.get(f"{gw.url}/healthz").status_code == 200
