@@ -36,7 +36,7 @@ def orgs_create(
     console.print(f"created organisation [bold]{org.name}[/] ({org.id})")
 
 
-@orgs_app.command("list")
+@orgs_app.command("list", epilog=examples("hatchway orgs list --config examples/hatchway.yaml"))
 def orgs_list(config: ConfigOption = DEFAULT_CONFIG) -> None:
     """List organisations."""
     orgs = run_async(lambda: _with_orgs(config, lambda store: store.list_orgs()))

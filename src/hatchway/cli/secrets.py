@@ -91,7 +91,7 @@ def secrets_set(
     console.print(f"{'created' if created else 'updated'} secret [bold]{name}[/] in {org}", highlight=False)
 
 
-@secrets_app.command("list")
+@secrets_app.command("list", epilog=examples("hatchway secrets list --org acme"))
 def secrets_list(org: OrgOption, config: ConfigOption = DEFAULT_CONFIG) -> None:
     """List secret names, times and allowed hosts (never values)."""
 
@@ -110,7 +110,7 @@ def secrets_list(org: OrgOption, config: ConfigOption = DEFAULT_CONFIG) -> None:
     console.print(table)
 
 
-@secrets_app.command("delete")
+@secrets_app.command("delete", epilog=examples("hatchway secrets delete mcp_search_api_key --org acme"))
 def secrets_delete(
     name: Annotated[str, typer.Argument(help="Secret name.")],
     org: OrgOption,

@@ -245,6 +245,7 @@ class OperationSettings(StrictModel):
     execution_lease_seconds: Annotated[float, Field(ge=1)] = 30.0
     """An EXECUTING operation whose executor stops renewing this lease is marked INTERRUPTED."""
     confirmation_words: ConfirmationWords = Field(default_factory=ConfirmationWords)
+    """Words added to the built-in yes/no lists (pt, en, es) that read the user's reply."""
 
 
 def _unknown_arg(arg: str, args: dict[str, Any]) -> str:

@@ -266,7 +266,8 @@ class PluginAgentConfig(_PluginModel):
 
 def _plugin_schema(schema: dict[str, Any]) -> None:
     # ``_version`` below reads a YAML integer 1 as "1".
-    schema["properties"]["version"] = {"enum": ["1", 1], "description": 'The schema version: "1" (or 1).'}
+    version = schema["properties"]["version"]
+    schema["properties"]["version"] = {"enum": ["1", 1], "description": version.get("description", "")}
 
 
 class PluginConfig(_PluginModel):
@@ -275,6 +276,7 @@ class PluginConfig(_PluginModel):
     model_config = ConfigDict(json_schema_extra=_plugin_schema)
 
     version: Literal["1"]
+    """The file format's version: ``"1"`` (a YAML ``1`` is read as ``"1"``)."""
     mcp_servers: list[McpServerConfig] = Field(default_factory=list)
     """The servers whose tools a run may use."""
     agent: PluginAgentConfig = Field(default_factory=PluginAgentConfig)

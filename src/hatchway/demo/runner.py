@@ -93,7 +93,9 @@ def run_demo(
     state = state_dir or Path(tempfile.mkdtemp(prefix="hatchway-demo-"))
     previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill` cleans up like Ctrl-C
     # The transcript reports what failed; the gateway's own warnings would repeat it between its lines.
-    logging.getLogger("hatchway").setLevel(logging.ERROR)
+    hatchway_logger = logging.getLogger("hatchway")
+    previous_level = hatchway_logger.level
+    hatchway_logger.setLevel(logging.ERROR)
     started = time.monotonic()
     stack: DemoStack | None = None
     try:
@@ -117,6 +119,7 @@ def run_demo(
             with console.status("Stopping the gateway and the servers…"):
                 stack.stop()
         signal.signal(signal.SIGTERM, previous)
+        hatchway_logger.setLevel(previous_level)
 
 
 def play(stack: DemoStack, console: Console) -> list[StoryResult]:
