@@ -179,3 +179,36 @@ def test_run_demo_in_process_leaves_no_thread_behind(tmp_path: Path) -> None:
         return [t.name for t in set(threading.enumerate()) - before if t.is_alive()]
 
     wait_until(lambda: not left(), timeout=5, message="every thread the demo started to end")
+
+
+def test_the_environment_switches_the_model_with_no_other_change(tmp_path: Path) -> None:
+    """``HATCHWAY_DEMO_*`` point the gateway at another OpenAI-compatible endpoint (here the scripted
+    model, served apart as a stand-in for a real one): the demo starts no model of its own, names the
+    one it uses, and sends the key."""
+    from hatchway.demo.scripted_model import create_app
+    from tests.support.servers import ServerThread
+
+    seen: list[tuple[str, str]] = []
+    inner = create_app()
+
+    async def recording(scope, receive, send):  # type: ignore[no-untyped-def]
+        if scope["type"] == "http":
+            headers = dict(scope["headers"])
+            seen.append((scope["path"], headers.get(b"authorization", b"").decode()))
+        await inner(scope, receive, send)
+
+    with ServerThread(recording) as upstream:
+        result = run_demo(
+            tmp_path,
+            HATCHWAY_DEMO_BASE_URL=f"{upstream.url}/v1",
+            HATCHWAY_DEMO_API_KEY="sk-demo-test",
+            HATCHWAY_DEMO_MODEL="my-model",
+        )
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert f"Model: my-model at {upstream.url}/v1 (with an API key)" in out
+    assert "Model: scripted" not in out and "scripted model (a deterministic" not in out
+    assert "3 of 3 stories played" in out
+    assert seen and {auth for _, auth in seen} == {"Bearer sk-demo-test"}
+    assert {path for path, _ in seen} == {"/v1/chat/completions"}
+    assert "sk-demo-test" not in out  # the key is named, never printed

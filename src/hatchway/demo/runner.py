@@ -13,8 +13,10 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,14 +90,13 @@ def run_demo(
     *, keep_running: bool = False, state_dir: Path | None = None, console: Console | None = None
 ) -> int:
     """Start, play, report; every server is stopped on the way out, Ctrl-C included."""
-    console = console or Console(highlight=False)
+    with demo_process():
+        return _run(keep_running, state_dir, console or Console(highlight=False))
+
+
+def _run(keep_running: bool, state_dir: Path | None, console: Console) -> int:
     choice = ModelChoice.from_env(os.environ)
     state = state_dir or Path(tempfile.mkdtemp(prefix="hatchway-demo-"))
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill` cleans up like Ctrl-C
-    # The transcript reports what failed; the gateway's own warnings would repeat it between its lines.
-    hatchway_logger = logging.getLogger("hatchway")
-    previous_level = hatchway_logger.level
-    hatchway_logger.setLevel(logging.ERROR)
     started = time.monotonic()
     stack: DemoStack | None = None
     try:
@@ -118,8 +119,23 @@ def run_demo(
         if stack is not None:
             with console.status("Stopping the gateway and the servers…"):
                 stack.stop()
-        signal.signal(signal.SIGTERM, previous)
-        hatchway_logger.setLevel(previous_level)
+
+
+@contextmanager
+def demo_process() -> Iterator[None]:
+    """While the demo runs: ``kill`` (SIGTERM) cleans up like Ctrl-C, and the gateway's own warnings
+    stay out of the transcript, which reports what failed itself."""
+    hatchway_logger = logging.getLogger("hatchway")
+    level = hatchway_logger.level
+    hatchway_logger.setLevel(logging.ERROR)
+    on_main_thread = threading.current_thread() is threading.main_thread()  # only it may set handlers
+    previous = signal.signal(signal.SIGTERM, _interrupt) if on_main_thread else None
+    try:
+        yield
+    finally:
+        if on_main_thread:
+            signal.signal(signal.SIGTERM, previous)
+        hatchway_logger.setLevel(level)
 
 
 def play(stack: DemoStack, console: Console) -> list[StoryResult]:
@@ -234,7 +250,10 @@ def _wait_for_ctrl_c(console: Console, stack: DemoStack) -> None:
     console.print(f"\nThe gateway keeps running at {stack.gateway_url} — press Ctrl-C to stop it.")
     try:
         while stack.gateway_server is not None and stack.gateway_server.running:
-            signal.pause() if hasattr(signal, "pause") else time.sleep(1)
+            if hasattr(signal, "pause"):
+                signal.pause()  # until a signal: Ctrl-C raises KeyboardInterrupt here
+            else:
+                time.sleep(1)
     except KeyboardInterrupt:
         console.print()
 

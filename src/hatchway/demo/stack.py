@@ -23,6 +23,7 @@ from rich.console import Console
 from hatchway.demo.scripted_model import SCRIPTED_MODEL
 from hatchway.demo.scripted_model import create_app as create_scripted_model
 from hatchway.demo.servers import LoopbackServer
+from hatchway.errors import HatchwayError
 
 T = TypeVar("T")
 
@@ -121,7 +122,11 @@ class DemoStack:
     def _step(self, label: str, action: Callable[[], T]) -> T:
         started = time.monotonic()
         with self.console.status(f"Starting {label}…"):
-            result = action()
+            try:
+                result = action()
+            except (OSError, RuntimeError, HatchwayError) as exc:  # a port, a broken example file…
+                message = exc.message if isinstance(exc, HatchwayError) else str(exc)
+                raise DemoError(f"could not start the {label}: {message}") from exc
         self.console.print(
             f"  [green]✓[/] {label} [dim]{time.monotonic() - started:.1f} s[/]", highlight=False
         )
