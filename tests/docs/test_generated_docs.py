@@ -66,3 +66,13 @@ def test_the_configuration_reference_documents_every_key() -> None:
             for name, field in model.model_fields.items():
                 assert f"| `{name}` |" in reference, f"{model.__name__}.{name}"
                 assert field.description, f"{model.__name__}.{name} has no docstring"
+
+
+def test_every_relative_link_of_the_readme_and_docs_points_to_a_file() -> None:
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
+            if "://" not in target and not (page.parent / target).exists():
+                broken.append(f"{page.relative_to(ROOT)} → {target}")
+    assert broken == []
