@@ -6,18 +6,37 @@ from typing import Annotated
 
 import typer
 
-from hatchway.cli.app import DEFAULT_CONFIG, ConfigOption, app, err_console, fail, settings_from
+from hatchway.cli.app import (
+    DEFAULT_CONFIG,
+    ConfigOption,
+    app,
+    err_console,
+    examples,
+    fail,
+    run_async,
+    settings_from,
+)
+from hatchway.config.settings import Settings
 from hatchway.errors import ConfigError, HatchwayError
+from hatchway.store.db import Database
 
 
-@app.command()
+@app.command(
+    rich_help_panel="Run",
+    epilog=examples(
+        "hatchway serve --config examples/hatchway.yaml",
+        "hatchway serve --host 0.0.0.0 --port 8080 --config /etc/hatchway/hatchway.yaml",
+    ),
+)
 def serve(
     config: ConfigOption = DEFAULT_CONFIG,
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8080,
-    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    log_level: Annotated[
+        str, typer.Option(help="uvicorn's log level: critical, error, warning, info or debug.")
+    ] = "info",
 ) -> None:
-    """Start the gateway (migrations are applied at start)."""
+    """Start the gateway: apply the database migrations, then serve the API and /ui."""
     import uvicorn
 
     from hatchway.api.app import create_app
@@ -30,4 +49,25 @@ def serve(
         raise typer.Exit(2) from None
     except HatchwayError as exc:  # e.g. a master key that does not match
         raise fail(exc.message) from None
+    _migrate(settings)
+    err_console.print(f"serving on http://{host}:{port} (dashboard: /ui)", highlight=False)
     uvicorn.run(asgi_app, host=host, port=port, log_level=log_level, access_log=False)
+
+
+def _migrate(settings: Settings) -> None:
+    """Bring the database schema up to date before listening, showing that it is happening (the
+    gateway's own start applies them again, a no-op by then, for processes not started here)."""
+    from sqlalchemy.engine import make_url
+
+    shown = make_url(settings.database_url).render_as_string(hide_password=True)
+
+    async def migrate() -> None:
+        db = Database(settings.database_url)
+        try:
+            await db.migrate()
+        finally:
+            await db.close()
+
+    with err_console.status(f"Applying database migrations to {shown}…"):
+        run_async(migrate)
+    err_console.print(f"database ready: {shown}", highlight=False)
