@@ -21,7 +21,7 @@ run: venv
 	$(BIN)/hatchway serve --config $(CONFIG) --host 127.0.0.1 --port 8080
 
 demo: venv
-	$(BIN)/python -m hatchway.demo
+	$(BIN)/python -m hatchway.demo $(DEMO_ARGS)
 
 bench: venv
 	$(BIN)/python bench/run.py

@@ -84,7 +84,7 @@ def test_serve_with_the_example_config_answers_healthz(tmp_path: Path) -> None:
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        env={**os.environ, "HATCHWAY_UPSTREAM_API_KEY": "unused"},
+        env={k: v for k, v in os.environ.items() if k != "HATCHWAY_UPSTREAM_API_KEY"},  # make run needs none
     )
     try:
 
@@ -99,4 +99,9 @@ def test_serve_with_the_example_config_answers_healthz(tmp_path: Path) -> None:
         assert (tmp_path / ".hatchway" / "hatchway.db").exists()
     finally:
         proc.terminate()
-        proc.communicate(timeout=10)
+        output, _ = proc.communicate(timeout=10)
+    # The migrations are applied (and said to be) before the server listens.
+    assert (
+        f"database ready: sqlite+aiosqlite:///./.hatchway/hatchway.db\nserving on http://127.0.0.1:{port}"
+        in (output.decode())
+    )

@@ -259,5 +259,5 @@ def test_hatchway_yaml_takes_an_operations_block(tmp_path: Path) -> None:
 
 def test_the_example_hatchway_yaml_declares_the_contas_agent() -> None:
     settings = load_settings(EXAMPLE.parents[1] / "hatchway.yaml")
-    (agent,) = settings.agents
+    agent = next(a for a in settings.agents if a.name == "contas")
     assert agent.name == "contas" and settings.resolve_path(agent.tools or "") == EXAMPLE / "tools.yaml"

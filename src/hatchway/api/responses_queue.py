@@ -59,7 +59,7 @@ async def enqueue(gw: Gateway, run: ResponseRun) -> None:
         await gw.jobs.enqueue(run.record.org_id, run.record.id)
     except Exception as exc:
         logger.error("could not enqueue background response %s: %s", run.record.id, type(exc).__name__)
-        error = {"code": "server_error", "message": ENQUEUE_FAILED, "type": "queue_unavailable"}
+        error = {"code": "server_error", "message": ENQUEUE_FAILED, "type": "unavailable"}
         await gw.responses.finish(run.record.id, Outcome(status="failed", output=[], error=error))
         gw.log_writer.submit(run.trace.to_record(http_status=503, error=ENQUEUE_FAILED))
         raise Unavailable(ENQUEUE_FAILED) from None

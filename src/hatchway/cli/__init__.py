@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from hatchway.cli import admin, agent, logs, mcp, plugin, secrets, serve, worker  # noqa: F401  (registers commands)
+# isort: off
+# The import order is the order of the commands in `hatchway --help`.
+from hatchway.cli import serve, worker, demo, admin, secrets, plugin, agent, schema, mcp, logs  # noqa: F401
+
+# isort: on
 from hatchway.cli.app import app
 
 

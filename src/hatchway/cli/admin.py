@@ -7,14 +7,14 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from hatchway.cli.app import DEFAULT_CONFIG, ConfigOption, app, console, run_async, settings_from
+from hatchway.cli.app import DEFAULT_CONFIG, ConfigOption, app, console, examples, run_async, settings_from
 from hatchway.store.db import Database
 from hatchway.store.orgs import OrgStore
 
 orgs_app = typer.Typer(help="Organisations: every key, secret and log belongs to one.", no_args_is_help=True)
 keys_app = typer.Typer(help="API keys: shown once, stored hashed.", no_args_is_help=True)
-app.add_typer(orgs_app, name="orgs")
-app.add_typer(keys_app, name="keys")
+app.add_typer(orgs_app, name="orgs", rich_help_panel="Organisations and secrets")
+app.add_typer(keys_app, name="keys", rich_help_panel="Organisations and secrets")
 
 
 async def _with_orgs(config_path, action):  # type: ignore[no-untyped-def]
@@ -27,7 +27,7 @@ async def _with_orgs(config_path, action):  # type: ignore[no-untyped-def]
         await db.close()
 
 
-@orgs_app.command("create")
+@orgs_app.command("create", epilog=examples("hatchway orgs create acme --config examples/hatchway.yaml"))
 def orgs_create(
     name: Annotated[str, typer.Argument(help="Organisation name.")], config: ConfigOption = DEFAULT_CONFIG
 ) -> None:
@@ -36,7 +36,7 @@ def orgs_create(
     console.print(f"created organisation [bold]{org.name}[/] ({org.id})")
 
 
-@orgs_app.command("list")
+@orgs_app.command("list", epilog=examples("hatchway orgs list --config examples/hatchway.yaml"))
 def orgs_list(config: ConfigOption = DEFAULT_CONFIG) -> None:
     """List organisations."""
     orgs = run_async(lambda: _with_orgs(config, lambda store: store.list_orgs()))
@@ -46,7 +46,10 @@ def orgs_list(config: ConfigOption = DEFAULT_CONFIG) -> None:
     console.print(table)
 
 
-@keys_app.command("create")
+@keys_app.command(
+    "create",
+    epilog=examples("KEY=$(hatchway keys create --org acme --name web-app --config examples/hatchway.yaml)"),
+)
 def keys_create(
     org: Annotated[str, typer.Option("--org", help="Organisation name or id.")],
     name: Annotated[str, typer.Option("--name", help="A label for the key.")] = "default",

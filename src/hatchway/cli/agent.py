@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from hatchway.cli.app import DEFAULT_CONFIG, ConfigOption, app, err_console, fail, settings_from
+from hatchway.cli.app import DEFAULT_CONFIG, ConfigOption, app, err_console, examples, fail, settings_from
 from hatchway.config.agent_files import (
     AgentFiles,
     AgentTools,
@@ -17,7 +17,7 @@ from hatchway.config.agent_files import (
 )
 
 agent_app = typer.Typer(help="Agents: tools.yaml, tool_policies.yaml and their plugin.", no_args_is_help=True)
-app.add_typer(agent_app, name="agent")
+app.add_typer(agent_app, name="agent", rich_help_panel="Check configuration")
 
 
 def _files_for(target: str, config: Path) -> AgentFiles:
@@ -54,7 +54,13 @@ def _summary_line(agent_tools: AgentTools, name: str) -> str:
     return "  ".join(parts)
 
 
-@agent_app.command("check")
+@agent_app.command(
+    "check",
+    epilog=examples(
+        "hatchway agent check examples/agents/contas",
+        "hatchway agent check contas --config examples/hatchway.yaml",
+    ),
+)
 def check(
     target: Annotated[str, typer.Argument(help="An agent directory (with tools.yaml) or an agent name.")],
     config: ConfigOption = DEFAULT_CONFIG,

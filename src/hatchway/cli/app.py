@@ -17,7 +17,13 @@ T = TypeVar("T")
 
 app = typer.Typer(
     name="hatchway",
-    help="Hatchway: an OpenAI-compatible agent gateway with server-side tools over MCP.",
+    help="Hatchway: an OpenAI-compatible agent gateway with server-side tools over MCP.\n\n"
+    "Every command reads hatchway.yaml (--config, or HATCHWAY_CONFIG; default ./hatchway.yaml).",
+    epilog="First steps:\n\n"
+    "hatchway serve --config examples/hatchway.yaml\n\n"
+    "hatchway orgs create acme --config examples/hatchway.yaml\n\n"
+    "hatchway keys create --org acme --config examples/hatchway.yaml\n\n"
+    "Run `hatchway COMMAND --help` for a command's options and examples.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -29,6 +35,11 @@ ConfigOption = Annotated[
     Path, typer.Option("--config", "-c", help="Path to hatchway.yaml.", envvar="HATCHWAY_CONFIG")
 ]
 DEFAULT_CONFIG = Path(DEFAULT_CONFIG_PATH)
+
+
+def examples(*lines: str) -> str:
+    """A help epilog listing example command lines (one paragraph each, as Typer's help keeps them)."""
+    return "Examples:\n\n" + "\n\n".join(lines)
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:

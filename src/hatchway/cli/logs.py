@@ -15,6 +15,7 @@ from hatchway.cli.app import (
     app,
     as_json,
     console,
+    examples,
     fail,
     run_async,
     settings_from,
@@ -45,7 +46,14 @@ async def _read(config: Path, org: str, query: LogQuery) -> list[dict[str, Any]]
         await db.close()
 
 
-@app.command("logs")
+@app.command(
+    "logs",
+    rich_help_panel="Observe",
+    epilog=examples(
+        "hatchway logs --org acme --has-tool-calls --since 2026-01-31T00:00:00 --limit 20",
+        "hatchway logs --org acme --status error --json | jq '.[0].steps'",
+    ),
+)
 def logs(
     org: Annotated[str, typer.Option("--org", help="Organisation name or id.")],
     has_tool_calls: Annotated[
@@ -63,7 +71,7 @@ def logs(
     ] = False,
     config: ConfigOption = DEFAULT_CONFIG,
 ) -> None:
-    """Recent request-log records, newest first."""
+    """Show an organisation's request log, newest first: one row per request, or JSON with the steps."""
     if status is not None and status not in LOG_STATUSES:
         raise fail(f"--status: must be one of {', '.join(LOG_STATUSES)} (got {status!r})")
     query = LogQuery(

@@ -16,7 +16,16 @@ import orjson
 import typer
 from rich.table import Table
 
-from hatchway.cli.app import DEFAULT_CONFIG, ConfigOption, app, console, err_console, fail, settings_from
+from hatchway.cli.app import (
+    DEFAULT_CONFIG,
+    ConfigOption,
+    app,
+    console,
+    err_console,
+    examples,
+    fail,
+    settings_from,
+)
 from hatchway.cli.mcp_target import PROBE_SERVER_ID, OAuthInputs, SecretInputs, Target, build_server
 from hatchway.config.plugin import McpServerConfig, load_plugin
 from hatchway.engine.tools.mcp.auth import VaultCredentials
@@ -36,13 +45,24 @@ from hatchway.store.orgs import OrgStore
 from hatchway.vault import Vault, load_master_key
 
 mcp_app = typer.Typer(help="MCP servers: diagnose one with the gateway's own client.", no_args_is_help=True)
-app.add_typer(mcp_app, name="mcp")
+app.add_typer(mcp_app, name="mcp", rich_help_panel="Check configuration")
 
 EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_AUTH, EXIT_UNREACHABLE, EXIT_PROTOCOL = 1, 2, 3, 4, 5
 _EXIT_BY_KIND = {"auth": EXIT_AUTH, "unreachable": EXIT_UNREACHABLE, "protocol": EXIT_PROTOCOL}
 
 
-@mcp_app.command("probe")
+@mcp_app.command(
+    "probe",
+    epilog=examples(
+        'hatchway mcp probe http://127.0.0.1:8766/mcp --call search_web --args \'{"query": "MCP"}\'',
+        "hatchway mcp probe http://127.0.0.1:3001/sse --sse",
+        "hatchway mcp probe --command npx --arg=-y --arg=@modelcontextprotocol/server-everything",
+        "PROBE_TOKEN=… hatchway mcp probe https://mcp.example.com/mcp --bearer-env PROBE_TOKEN",
+        "hatchway mcp probe --plugin plugins/billing.yaml --server billing --org acme",
+    )
+    + "\n\nExit codes: 0 ok; 1 the called tool returned an error; 2 bad options; 3 authentication "
+    "failed; 4 unreachable or no answer in time; 5 protocol error.",
+)
 def probe(
     url: Annotated[
         str | None, typer.Argument(help="The server's URL (streamable HTTP unless --sse).")
@@ -60,12 +80,18 @@ def probe(
         str | None, typer.Option("--oauth-token-url", help="OAuth token endpoint (discovered when omitted).")
     ] = None,
     client_id: Annotated[str | None, typer.Option("--client-id", help="OAuth client id.")] = None,
-    client_secret_stdin: Annotated[bool, typer.Option("--client-secret-stdin")] = False,
-    client_secret_env: Annotated[str | None, typer.Option("--client-secret-env")] = None,
+    client_secret_stdin: Annotated[
+        bool, typer.Option("--client-secret-stdin", help="Read the OAuth client secret on stdin.")
+    ] = False,
+    client_secret_env: Annotated[
+        str | None, typer.Option("--client-secret-env", help="Env var holding the OAuth client secret.")
+    ] = None,
     private_key_file: Annotated[
         Path | None, typer.Option("--private-key-file", help="PEM key (private_key_jwt).")
     ] = None,
-    private_key_stdin: Annotated[bool, typer.Option("--private-key-stdin")] = False,
+    private_key_stdin: Annotated[
+        bool, typer.Option("--private-key-stdin", help="Read the PEM key (private_key_jwt) on stdin.")
+    ] = False,
     client_auth: Annotated[
         str | None,
         typer.Option("--client-auth", help="client_secret_basic, client_secret_post or private_key_jwt."),

@@ -7,15 +7,21 @@ from typing import Annotated
 
 import typer
 
-from hatchway.cli.app import app, err_console
+from hatchway.cli.app import app, err_console, examples
 from hatchway.config.plugin import McpServerConfig, PluginConfig, load_plugin
 from hatchway.errors import ConfigError
 
 plugin_app = typer.Typer(help="MCP plugin files (plugin YAML v1).", no_args_is_help=True)
-app.add_typer(plugin_app, name="plugin")
+app.add_typer(plugin_app, name="plugin", rich_help_panel="Check configuration")
 
 
-@plugin_app.command("check")
+@plugin_app.command(
+    "check",
+    epilog=examples(
+        "hatchway plugin check examples/plugins/research.yaml",
+        "hatchway schema plugin    (the JSON Schema, for editors)",
+    ),
+)
 def plugin_check(file: Annotated[Path, typer.Argument(help="The plugin YAML file.")]) -> None:
     """Validate FILE: print "ok" and a summary, or every problem with its field path (exit 1)."""
     try:

@@ -15,7 +15,17 @@ from typing import Annotated, TypeVar
 import typer
 from rich.table import Table
 
-from hatchway.cli.app import DEFAULT_CONFIG, ConfigOption, app, console, fail, run_async, settings_from
+from hatchway.cli.app import (
+    DEFAULT_CONFIG,
+    ConfigOption,
+    app,
+    console,
+    err_console,
+    examples,
+    fail,
+    run_async,
+    settings_from,
+)
 from hatchway.store.db import Database
 from hatchway.store.orgs import OrgStore
 from hatchway.vault import Vault, load_master_key, rotate_master_key
@@ -24,8 +34,8 @@ T = TypeVar("T")
 
 secrets_app = typer.Typer(help="Secrets of an organisation, encrypted at rest.", no_args_is_help=True)
 vault_app = typer.Typer(help="The vault's master key.", no_args_is_help=True)
-app.add_typer(secrets_app, name="secrets")
-app.add_typer(vault_app, name="vault")
+app.add_typer(secrets_app, name="secrets", rich_help_panel="Organisations and secrets")
+app.add_typer(vault_app, name="vault", rich_help_panel="Organisations and secrets")
 
 OrgOption = Annotated[str, typer.Option("--org", help="Organisation name or id.")]
 
@@ -52,7 +62,14 @@ def read_value() -> str:
     return value
 
 
-@secrets_app.command("set")
+@secrets_app.command(
+    "set",
+    epilog=examples(
+        'printf %s "$SEARCH_KEY" | hatchway secrets set mcp_search_api_key --org acme',
+        'printf %s "$KEY" | hatchway secrets set search_key --org acme --allowed-host mcp.example.com',
+        "hatchway secrets set openai_key --org system    (a hidden prompt asks for the value)",
+    ),
+)
 def secrets_set(
     name: Annotated[str, typer.Argument(help="Secret name: letters, digits, '_' and '-', up to 64.")],
     org: OrgOption,
@@ -74,7 +91,7 @@ def secrets_set(
     console.print(f"{'created' if created else 'updated'} secret [bold]{name}[/] in {org}", highlight=False)
 
 
-@secrets_app.command("list")
+@secrets_app.command("list", epilog=examples("hatchway secrets list --org acme"))
 def secrets_list(org: OrgOption, config: ConfigOption = DEFAULT_CONFIG) -> None:
     """List secret names, times and allowed hosts (never values)."""
 
@@ -93,7 +110,7 @@ def secrets_list(org: OrgOption, config: ConfigOption = DEFAULT_CONFIG) -> None:
     console.print(table)
 
 
-@secrets_app.command("delete")
+@secrets_app.command("delete", epilog=examples("hatchway secrets delete mcp_search_api_key --org acme"))
 def secrets_delete(
     name: Annotated[str, typer.Argument(help="Secret name.")],
     org: OrgOption,
@@ -108,16 +125,26 @@ def secrets_delete(
     console.print(f"deleted secret [bold]{name}[/] from {org}", highlight=False)
 
 
-@vault_app.command("rotate-master-key")
+@vault_app.command(
+    "rotate-master-key",
+    epilog=examples(
+        "hatchway vault rotate-master-key --config hatchway.yaml    (the old key is kept as <file>.old)",
+        "HATCHWAY_NEW_MASTER_KEY=… hatchway vault rotate-master-key    (key from HATCHWAY_MASTER_KEY)",
+    ),
+)
 def vault_rotate(config: ConfigOption = DEFAULT_CONFIG) -> None:
-    """Re-wrap every organisation's data key under a new master key. Stop the gateway first."""
+    """Re-wrap every organisation's data key under a new master key. Stop every gateway first.
+
+    Interrupted? Run it again: it finishes with the same new key.
+    """
     settings = settings_from(config)
     key_file = Path(settings.master_key_file)
 
     async def action(vault: Vault, _: OrgStore):  # type: ignore[no-untyped-def]
         return await rotate_master_key(vault, key_file, os.environ)
 
-    result = run_async(lambda: _with_vault(config, action))
+    with err_console.status("Re-wrapping every organisation's data key under a new master key…"):
+        result = run_async(lambda: _with_vault(config, action))
     console.print(
         f"re-wrapped {result.rewrapped} data key(s): master key {result.old_key_id} → {result.new_key_id}",
         highlight=False,

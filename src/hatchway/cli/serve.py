@@ -12,20 +12,32 @@ from hatchway.cli.app import (
     app,
     configure_logging,
     err_console,
+    examples,
     fail,
+    run_async,
     settings_from,
 )
+from hatchway.config.settings import Settings
 from hatchway.errors import ConfigError, HatchwayError
+from hatchway.store.db import Database
 
 
-@app.command()
+@app.command(
+    rich_help_panel="Run",
+    epilog=examples(
+        "hatchway serve --config examples/hatchway.yaml",
+        "hatchway serve --host 0.0.0.0 --port 8080 --config /etc/hatchway/hatchway.yaml",
+    ),
+)
 def serve(
     config: ConfigOption = DEFAULT_CONFIG,
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8080,
-    log_level: Annotated[str, typer.Option(help="Log level (uvicorn's and Hatchway's).")] = "info",
+    log_level: Annotated[
+        str, typer.Option(help="Log level of uvicorn and Hatchway: critical, error, warning, info or debug.")
+    ] = "info",
 ) -> None:
-    """Start the gateway (migrations are applied at start)."""
+    """Start the gateway: apply the database migrations, then serve the API and /ui."""
     import uvicorn
 
     from hatchway.api.app import create_app
@@ -39,4 +51,25 @@ def serve(
         raise typer.Exit(2) from None
     except HatchwayError as exc:  # e.g. a master key that does not match
         raise fail(exc.message) from None
+    _migrate(settings)
+    err_console.print(f"serving on http://{host}:{port} (dashboard: /ui)", highlight=False)
     uvicorn.run(asgi_app, host=host, port=port, log_level=log_level, access_log=False)
+
+
+def _migrate(settings: Settings) -> None:
+    """Bring the database schema up to date before listening, showing that it is happening (the
+    gateway's own start applies them again, a no-op by then, for processes not started here)."""
+    from sqlalchemy.engine import make_url
+
+    shown = make_url(settings.database_url).render_as_string(hide_password=True)
+
+    async def migrate() -> None:
+        db = Database(settings.database_url)
+        try:
+            await db.migrate()
+        finally:
+            await db.close()
+
+    with err_console.status(f"Applying database migrations to {shown}…"):
+        run_async(migrate)
+    err_console.print(f"database ready: {shown}", highlight=False)

@@ -21,6 +21,7 @@ from hatchway.cli.app import (
     app,
     configure_logging,
     err_console,
+    examples,
     fail,
     settings_from,
 )
@@ -32,16 +33,24 @@ if TYPE_CHECKING:
 logger = logging.getLogger("hatchway.worker")
 
 
-@app.command()
+@app.command(
+    rich_help_panel="Run",
+    epilog=examples(
+        "hatchway worker --config /etc/hatchway/hatchway.yaml",
+        "hatchway worker --config hatchway.yaml --concurrency 4 --log-level warning",
+    ),
+)
 def worker(
     config: ConfigOption = DEFAULT_CONFIG,
     concurrency: Annotated[
         int | None,
         typer.Option(min=1, help="Responses run at once (default: background.worker_concurrency)."),
     ] = None,
-    log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
+    log_level: Annotated[
+        str, typer.Option(help="Log level: critical, error, warning, info or debug.")
+    ] = "info",
 ) -> None:
-    """Run background responses from the job queue (needs redis_url)."""
+    """Run background responses from the Redis job queue, without serving HTTP (needs redis_url)."""
     from hatchway.gateway import Gateway
 
     settings = settings_from(config)

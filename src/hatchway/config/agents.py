@@ -9,9 +9,9 @@ and ``fan_out`` are therefore rejected wherever they appear, with a message that
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic import AliasChoices, ConfigDict, Field, field_validator, model_validator
 
 from hatchway.config.loading import StrictModel
 
@@ -50,9 +50,11 @@ class ArgSpec(AgentFileModel):
     """One argument of a tool's contract."""
 
     type: ArgType = "string"
+    """The argument's JSON type (``list`` means ``array``)."""
     label: str | None = None
     """A human name for the argument, used when asking the user for it."""
     description: str | None = None
+    """Shown to the model in the tool's parameters."""
 
 
 class ToolType(StrEnum):
@@ -60,17 +62,33 @@ class ToolType(StrEnum):
     QUERY = "query"
 
 
+def _tool_schema(schema: dict[str, Any]) -> None:
+    # ``_shorthand`` below accepts ``subject: string`` for ``subject: {type: string}``.
+    args = schema["properties"]["args_schema"]
+    args["additionalProperties"] = {
+        "anyOf": [args["additionalProperties"], {"enum": list(get_args(ArgType))}]
+    }
+
+
 class ToolDefinition(AgentFileModel):
     """One tool of ``tools.yaml``: what the model sees and which MCP server runs it."""
 
+    model_config = ConfigDict(json_schema_extra=_tool_schema)
+
     description: str = ""
+    """What the model reads about the tool."""
     mcp_server: str
+    """The id of the server (in the agent's plugin) that runs the tool."""
     enabled: bool = True
+    """A disabled tool is not offered to the model."""
     tool_type: ToolType = ToolType.QUERY
+    """``action`` or ``query``."""
     args_schema: dict[str, ArgSpec] = Field(default_factory=dict)
+    """The arguments the model sees: name → ``{type, label, description}`` (or just the type)."""
     confirmation_required: bool | None = None
     """Used only when no policy file governs the tool."""
     requires: list[str] | None = None
+    """Arguments that must be present; used only when no policy file governs the tool."""
     user_prompt: str | None = None
     """What to ask the user when a required argument is missing."""
 
@@ -97,7 +115,9 @@ class ToolsFile(AgentFileModel):
     """The whole of ``tools.yaml``."""
 
     version: Literal[1] = 1
+    """The file format's version: 1."""
     tools: dict[Annotated[str, Field(pattern=_NAME)], ToolDefinition] = Field(default_factory=dict)
+    """Tool name → its contract."""
 
 
 # -- tool_policies.yaml -----------------------------------------------------------------------------
@@ -112,7 +132,9 @@ class PreValidation(AgentFileModel):
     """A validator MCP tool called (without side effects) before confirmation."""
 
     enabled: bool = True
+    """Call the validator before asking for confirmation."""
     tool: str | None = None
+    """The validator's MCP tool (on the tool's server); it has no side effects."""
     fail_open: bool = False
     """When the validator is down or malformed: False → the operation FAILS; True → continue as asked."""
 
@@ -127,8 +149,11 @@ class Execution(AgentFileModel):
     """How the primary tool runs; ``workflow`` tools report under ``workflow.output[<tool>]``."""
 
     mode: Literal["workflow", "direct"] = "direct"
+    """``workflow``: the tool's per-item results are read from ``workflow.output[<tool>].results`` first."""
     workflow: str | None = None
+    """The workflow's name (kept in the operation's record)."""
     version: str | int | None = None
+    """The workflow's version (kept in the operation's record)."""
 
     @model_validator(mode="after")
     def _workflow_named(self) -> Execution:
@@ -143,12 +168,18 @@ class ToolPolicy(AgentFileModel):
     operation_type: OperationType | None = Field(
         default=None, validation_alias=AliasChoices("operation_type", "type")
     )
+    """``transactional`` (a durable operation with a verdict) or ``read_only`` (runs at once);
+    ``type`` is accepted too."""
     require_confirmation: bool | None = Field(
         default=None, validation_alias=AliasChoices("require_confirmation", "requires_confirmation")
     )
+    """Ask the end user before executing; ``requires_confirmation`` is accepted too."""
     requires: list[str] = Field(default_factory=list)
+    """Arguments that must be present before anything runs; the model is told to ask for missing ones."""
     pre_validation: PreValidation | None = None
+    """A validator MCP tool called before confirmation."""
     execution: Execution | None = None
+    """How the tool runs (directly, or as a workflow)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -164,17 +195,22 @@ class PolicyDefaults(AgentFileModel):
     operation_type: OperationType = Field(
         default=OperationType.READ_ONLY, validation_alias=AliasChoices("operation_type", "type")
     )
+    """For tools without their own; ``type`` is accepted too."""
     require_confirmation: bool = Field(
         default=False, validation_alias=AliasChoices("require_confirmation", "requires_confirmation")
     )
+    """For tools without their own; ``requires_confirmation`` is accepted too."""
 
 
 class PoliciesFile(AgentFileModel):
     """The whole of ``tool_policies.yaml``."""
 
     version: Literal[1] = 1
+    """The file format's version: 1."""
     defaults: PolicyDefaults = Field(default_factory=PolicyDefaults)
+    """Values for tools whose policy leaves them unset."""
     tool_policies: dict[str, ToolPolicy] = Field(default_factory=dict)
+    """Tool name (of tools.yaml) → its policy."""
 
 
 # -- hatchway.yaml: operations settings --------------------------------------------------------------
@@ -194,7 +230,9 @@ class ConfirmationWords(StrictModel):
         return data
 
     yes: list[str] = Field(default_factory=list)
+    """Extra words that confirm."""
     no: list[str] = Field(default_factory=list)
+    """Extra words that cancel."""
     filler: list[str] = Field(default_factory=list)
     """Words that may accompany a yes without making it ambiguous ("please", "agora"…)."""
 
@@ -207,6 +245,7 @@ class OperationSettings(StrictModel):
     execution_lease_seconds: Annotated[float, Field(ge=1)] = 30.0
     """An EXECUTING operation whose executor stops renewing this lease is marked INTERRUPTED."""
     confirmation_words: ConfirmationWords = Field(default_factory=ConfirmationWords)
+    """Words added to the built-in yes/no lists (pt, en, es) that read the user's reply."""
 
 
 def _unknown_arg(arg: str, args: dict[str, Any]) -> str:

@@ -22,6 +22,6 @@ class BackgroundSettings(StrictModel):
     sweep_seconds: Annotated[int, Field(ge=1)] = 10
     """How often workers look for such jobs."""
     max_attempts: Annotated[int, Field(ge=1, le=10)] = 3
-    """How many workers may take one job before it is given up (see "dead workers" in the README)."""
+    """How many workers may take one job before it is given up (see docs/scale.md, "Dead workers")."""
     shutdown_grace_seconds: Annotated[int, Field(ge=0)] = 30
     """On SIGTERM a worker stops taking jobs and lets running ones finish for up to this long."""

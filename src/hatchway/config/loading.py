@@ -15,9 +15,15 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class StrictModel(BaseModel):
-    """Base for configuration models: unknown keys are errors, values are validated on assignment."""
+    """Base for configuration models: unknown keys are errors, values are validated on assignment.
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+    A field's docstring (the string literal under it) is its description in the JSON Schemas and in
+    docs/configuration.md, so document a field there rather than in a comment.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=True, populate_by_name=True, use_attribute_docstrings=True
+    )
 
 
 def format_loc(loc: tuple[int | str, ...], prefix: str = "") -> str:

@@ -63,10 +63,28 @@ _OAUTH_ONLY = ("token_url", "client_id", "scopes", "client_auth", "private_key_r
 _JWT_ONLY = ("private_key_ref", "kid", "audience")
 
 
+def _auth_schema(schema: dict[str, Any]) -> None:
+    # What ``McpAuth._complete`` requires per type, for editors (the validator stays the authority).
+    schema["allOf"] = [
+        {
+            "if": {"properties": {"type": {"enum": ["bearer", "api_key"]}}, "required": ["type"]},
+            "then": {"required": ["secret_ref"]},
+        },
+        {
+            "if": {"properties": {"type": {"const": "oauth"}}, "required": ["type"]},
+            "then": {"required": ["token_url", "client_id"]},
+        },
+    ]
+
+
 class McpAuth(_PluginModel):
     """How the gateway authenticates to one MCP server; secrets are named, never written here."""
 
+    model_config = ConfigDict(json_schema_extra=_auth_schema)
+
     type: Literal["none", "bearer", "api_key", "oauth"] = "none"
+    """``none``, ``bearer`` (``Authorization: Bearer <secret>``), ``api_key`` (``<header>: <secret>``)
+    or ``oauth`` (client_credentials)."""
     secret_ref: Annotated[str | None, AfterValidator(_secret_ref)] = None
     """``secret.<name>``: the vault entry (the token, the API key, or the OAuth client secret)."""
     header: str = "X-Api-Key"
@@ -74,6 +92,7 @@ class McpAuth(_PluginModel):
     token_url: str | None = None
     """``type: oauth``: the https token endpoint of the client_credentials grant."""
     client_id: str | None = None
+    """``type: oauth``: the client id at the token endpoint."""
     scopes: list[Annotated[str, AfterValidator(_scope_token)]] = Field(default_factory=list)
     """``type: oauth``: sent space-separated, so each is one RFC 6749 scope-token (no spaces)."""
     client_auth: ClientAuth | None = Field(
@@ -149,18 +168,29 @@ class McpAuth(_PluginModel):
 class McpServerConfig(_PluginModel):
     """One MCP server: a URL (streamable HTTP or SSE) or a local command (stdio)."""
 
+    model_config = ConfigDict(json_schema_extra={"oneOf": [{"required": ["url"]}, {"required": ["command"]}]})
+
     id: Annotated[str, Field(pattern=SERVER_ID)]
+    """Unique in the plugin; the server's tools reach the model as ``<id>__<tool>``."""
     url: str | None = None
+    """The server's streamable HTTP endpoint (or its SSE endpoint with ``transport: sse``)."""
     command: str | None = None
+    """Run a local server over stdio instead (plugins from hatchway.yaml only)."""
     args: list[str] = Field(default_factory=list)
+    """Arguments of ``command``."""
     transport: Literal["streamable_http", "sse"] | None = None
     """For ``url`` servers; streamable HTTP when omitted."""
     auth: McpAuth = Field(default_factory=McpAuth)
+    """How the gateway authenticates to the server."""
     tools: list[Annotated[str, Field(min_length=1)]] | Literal["*"] = "*"
     """The tools exposed to the model; ``"*"`` exposes every tool of the server."""
     forward_headers: list[Annotated[str, AfterValidator(_forwardable)]] = Field(default_factory=list)
+    """Headers copied from the client's request to this server only; never ``authorization``,
+    ``cookie``, ``host``, hop-by-hop, framing or MCP session headers."""
     timeout_ms: Annotated[int, Field(ge=1, le=600_000)] = 10_000
+    """Timeout of one attempt of a call."""
     max_retries: Annotated[int, Field(ge=0, le=10)] = 2
+    """Retries of connect errors, 5xx and timeouts (a tool's own error is never retried)."""
 
     @field_validator("url")
     @classmethod
@@ -222,19 +252,35 @@ class PluginAgentConfig(_PluginModel):
     """The agent loop settings of a plugin."""
 
     max_rounds: Annotated[int, Field(ge=1, le=100)] = 10
+    """Model rounds before the loop stops and returns the last response (``finish_reason: "max_rounds"``)."""
     stream_mode: Literal["final_only", "disabled"] = "final_only"
+    """``final_only``: tool rounds are not streamed, the answer is; ``disabled``: the answer is sent
+    as one chunk at the end."""
     tool_call_parallel: bool = True
+    """Run the tool calls of one round concurrently."""
     tool_cache_ttl_seconds: Annotated[int, Field(ge=0, le=86_400)] = 0
+    """Cache tool results per (organisation, server, tool, arguments) for this long; 0 = off."""
     prompt_guard_on_tool_output: bool = False
     """Accepted for compatibility; currently a no-op (as in the seed)."""
+
+
+def _plugin_schema(schema: dict[str, Any]) -> None:
+    # ``_version`` below reads a YAML integer 1 as "1".
+    version = schema["properties"]["version"]
+    schema["properties"]["version"] = {"enum": ["1", 1], "description": version.get("description", "")}
 
 
 class PluginConfig(_PluginModel):
     """A whole plugin file (version 1)."""
 
+    model_config = ConfigDict(json_schema_extra=_plugin_schema)
+
     version: Literal["1"]
+    """The file format's version: ``"1"`` (a YAML ``1`` is read as ``"1"``)."""
     mcp_servers: list[McpServerConfig] = Field(default_factory=list)
+    """The servers whose tools a run may use."""
     agent: PluginAgentConfig = Field(default_factory=PluginAgentConfig)
+    """How the agent loop runs."""
 
     @field_validator("version", mode="before")
     @classmethod

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from hatchway.config.agents import OperationSettings
 from hatchway.config.background import BackgroundSettings
@@ -22,13 +22,19 @@ class ProviderConfig(StrictModel):
     """One upstream, OpenAI-compatible model endpoint."""
 
     id: Annotated[str, Field(pattern=_ID)]
+    """Names the provider in ``models[].provider`` and in ``<id>/<upstream model>``."""
     base_url: str
+    """The endpoint's OpenAI-compatible base URL (``…/v1``); ``/chat/completions`` is appended."""
     api_key: str | None = None
     """A literal key, ``env:NAME`` (read from the environment) or ``secret.<name>`` (from the vault)."""
     timeout_seconds: Annotated[float, Field(gt=0)] = 120.0
+    """Whole-request timeout of one upstream call (then 504 ``upstream_timeout``)."""
     connect_timeout_seconds: Annotated[float, Field(gt=0)] = 5.0
+    """Timeout for opening a connection to the upstream."""
     max_connections: Annotated[int, Field(ge=1)] = 200
+    """Size of the connection pool to this upstream."""
     headers: dict[str, str] = Field(default_factory=dict)
+    """Extra headers sent with every request to this upstream."""
 
     @field_validator("base_url")
     @classmethod
@@ -51,8 +57,11 @@ class ModelConfig(StrictModel):
     """A public model name and the provider model it maps to."""
 
     name: str
+    """The public name clients send as ``model`` (listed by ``GET /v1/models``)."""
     provider: str
+    """A ``providers[].id``."""
     upstream_model: str | None = None
+    """The provider's own model name; ``name`` when omitted."""
 
     @property
     def target(self) -> str:
@@ -61,32 +70,50 @@ class ModelConfig(StrictModel):
 
 class RuleMatch(StrictModel):
     model: str
+    """A glob on the requested model name (``gpt-4o*``)."""
 
 
 class RoutingRule(StrictModel):
     """Binds a plugin to requests for a model, without a header."""
 
     name: str
+    """Recorded as the run's plugin source, ``rule:<name>``."""
     match: RuleMatch
+    """Which requests the rule applies to; the first matching rule wins."""
     plugin: str
+    """The plugin file (relative to hatchway.yaml)."""
 
 
 class SubagentSettings(StrictModel):
     enabled: bool = False
+    """Give the agent the hosted ``spawn_subagent`` tool (Responses API)."""
     max_concurrent: Annotated[int, Field(ge=1, le=64)] = 4
+    """Children of one response that run at the same time."""
     max_depth: Annotated[int, Field(ge=1, le=8)] = 1
+    """How many levels of children may exist (1: children do not delegate again)."""
 
 
 class AgentConfig(StrictModel):
     """An agent addressed as model ``agent:<name>``."""
 
+    model_config = ConfigDict(
+        json_schema_extra={"dependentRequired": {"tools": ["plugin"], "tool_policies": ["tools"]}}
+    )
+
     name: Annotated[str, Field(pattern=_ID)]
+    """The agent is addressed as model ``agent:<name>``."""
     model: str
+    """The model it runs on: a ``models[].name`` or ``<provider id>/<upstream model>``."""
     instructions: str = ""
+    """Put before the conversation as a system message on every request to the agent."""
     plugin: str | None = None
+    """Plugin file with the agent's MCP servers (relative to hatchway.yaml)."""
     tools: str | None = None
+    """tools.yaml: with it, the agent's model sees exactly these tools (not the plugin's others)."""
     tool_policies: str | None = None
+    """tool_policies.yaml: confirmation, required arguments and pre-validation of those tools."""
     subagents: SubagentSettings = Field(default_factory=SubagentSettings)
+    """Delegation to child responses with the hosted ``spawn_subagent``."""
 
     @model_validator(mode="after")
     def _tool_files(self) -> AgentConfig:
@@ -108,32 +135,49 @@ class OtelSettings(StrictModel):
     endpoint: str | None = None
     """OTLP/HTTP base URL (``http://collector:4318``); ``/v1/traces`` is appended."""
     service_name: str | None = None
+    """The spans' ``service.name`` (else ``OTEL_SERVICE_NAME``, else ``hatchway``)."""
     headers: dict[str, str] = Field(default_factory=dict)
+    """Extra headers for the OTLP exporter (e.g. an authorization token)."""
 
 
 class Settings(StrictModel):
     """The whole of hatchway.yaml. Every key but ``providers`` is optional."""
 
     database_url: str = "sqlite+aiosqlite:///./.hatchway/hatchway.db"
+    """SQLAlchemy async URL: SQLite (``sqlite+aiosqlite:///…``) for one process, PostgreSQL
+    (``postgresql+asyncpg://…``) for replicas."""
     redis_url: str | None = None
+    """``redis://…``: caches (OAuth tokens, tool results, listings), locks and the job queue of
+    background responses, shared by replicas; in-process when unset."""
     redis_prefix: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")] = (
         "hatchway:"
     )
     """Prefix of every Redis key and of the job queue's name: replicas of one deployment share it;
     deployments sharing one Redis need different ones."""
     master_key_file: str = "./.hatchway/master.key"
+    """The vault's master key, created with mode 0600 on first start; ``HATCHWAY_MASTER_KEY`` (32 bytes,
+    base64) takes precedence."""
     providers: Annotated[list[ProviderConfig], Field(min_length=1)]
+    """Upstream OpenAI-compatible endpoints; at least one."""
     models: list[ModelConfig] = Field(default_factory=list)
+    """Public model names mapped to provider models."""
     routing_rules: list[RoutingRule] = Field(default_factory=list)
+    """Bind a plugin to requests by model name, without a header."""
     agents: list[AgentConfig] = Field(default_factory=list)
+    """Agents, addressed as model ``agent:<name>`` in both APIs."""
     allow_private_mcp_urls: bool = False
     """Let plugins sent inline in a header reach loopback/private addresses (trusted networks only)."""
     loop_deadline_seconds: Annotated[float, Field(gt=0)] = 120.0
+    """Hard deadline of one agent loop; past it the run ends with ``finish_reason: "timeout"`` and what
+    exists."""
     max_tool_result_chars: Annotated[int, Field(ge=256)] = 20_000
+    """Tool results longer than this are cut, with a marker, before the model reads them."""
     log_retention_days: Annotated[int, Field(ge=1)] = 30
+    """Request-log records older than this are deleted."""
     log_purge_interval_seconds: Annotated[float, Field(gt=0)] = 3600.0
     """How often a replica looks for request-log records past ``log_retention_days``."""
     otel: OtelSettings = Field(default_factory=OtelSettings)
+    """OpenTelemetry tracing over OTLP/HTTP."""
     response_lease_seconds: Annotated[float, Field(gt=0)] = 30.0
     """How long a replica's claim on a running response lasts unless renewed (renewed every third)."""
     operations: OperationSettings = Field(default_factory=OperationSettings)

@@ -1,0 +1,12 @@
+"""``make demo``: the gateway, the example MCP servers and a scripted model on loopback, three stories
+played with the official ``openai`` client, and a readable transcript.
+
+- ``runner`` — the entry point (``python -m hatchway.demo [--keep-running]``) and the report;
+- ``stack`` — what is started, in which order, and the generated hatchway.yaml;
+- ``stories`` — the three stories; ``transcript`` — how they print;
+- ``scripted_model`` and ``script`` — the deterministic stand-in for an LLM.
+"""
+
+from hatchway.demo.runner import main, run_demo
+
+__all__ = ["main", "run_demo"]

@@ -1,0 +1,5 @@
+import sys
+
+from hatchway.demo.runner import main
+
+sys.exit(main())

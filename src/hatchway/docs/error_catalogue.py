@@ -1,0 +1,246 @@
+"""docs/errors.md: every error ``type``/``code`` with its HTTP status (from the class that carries it)
+and what it means. Codes come from ``error_codes.scan()``; their meanings are written here, and a
+test fails when a code in the source has no meaning below or a meaning names a code no longer used.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from hatchway.docs.error_codes import CodeUse, error_classes, scan
+from hatchway.errors import ToolError
+
+MEANINGS: dict[str, str] = {
+    # -- HTTP: the caller's request -------------------------------------------------------------
+    "invalid_request": "The body or a parameter is malformed or contradictory; `param` names the field path "
+    "(`messages[0].role`).",
+    "invalid_json": "The request body is not valid JSON.",
+    "invalid_config": "A configuration file (or an inline plugin) is invalid; the message lists each "
+    "field path.",
+    "invalid_plugin": "The `hatchway-mcp-plugin` (or `floopy-mcp-plugin`) header is not valid base64 "
+    "plugin YAML, or is sent with an agent that has its own plugin.",
+    "invalid_call_id": "A `function_call_output` answers no pending call of the previous response.",
+    "missing_call_output": "A function call of the previous response was left without its "
+    "`function_call_output`.",
+    "invalid_encrypted_content": "A compaction item was made by another organisation or gateway, or altered.",
+    "invalid_secret_name": "A secret name is not `^[A-Za-z0-9_-]{1,64}$`.",
+    "invalid_secret_ref": "A secret reference is not `secret.<name>`.",
+    "invalid_host": "An entry of a secret's `allowed_hosts` is not a host name.",
+    "invalid_api_key": "The `Authorization: Bearer` key is missing, unknown or revoked.",
+    "forbidden": "Authenticated, but this key may not do that.",
+    "egress_denied": "An inline plugin's server or token URL resolves to a loopback, private, link-local or "
+    "metadata address, or runs a stdio command (set `allow_private_mcp_urls` on trusted networks); "
+    "during a tool call, the connection was refused for the same reason.",
+    "secret_host_not_allowed": "An inline plugin would send a secret to a host outside the secret's "
+    "`allowed_hosts`.",
+    "not_found": "The object does not exist in this organisation (other organisations' objects are "
+    "not found too).",
+    "model_not_found": "No model, `<provider>/<model>` or `agent:<name>` of that name.",
+    "previous_response_not_found": "`previous_response_id` names no stored response of this organisation "
+    "(over WebSocket, the same code in an `error` event).",
+    "secret_not_found": "No secret of that name in this organisation (a provider's `secret.<name>` is "
+    "read from the `system` organisation).",
+    "conflict": "The object's state does not allow this action.",
+    "agent_not_configured": "The operation's agent is no longer in hatchway.yaml, so it cannot be executed.",
+    "agent_without_plugin": "The operation's agent has no plugin, so it cannot be executed.",
+    "operation_not_pending": "The operation is no longer awaiting confirmation; it is not executed again "
+    "(the body carries it as it is).",
+    "operation_already_confirmed": "Another confirmation won the race and executed the operation once.",
+    "operation_cancelled": "The operation was cancelled before this confirmation.",
+    "operation_expired": "The operation's confirmation expired (`confirmation_ttl_seconds`).",
+    "operation_not_cancellable": "The operation is executing or finished; it can no longer be cancelled.",
+    "arguments_digest_mismatch": "The `arguments_digest` sent does not match the arguments awaiting "
+    "confirmation (or the stored arguments were altered).",
+    # -- HTTP: the gateway or its upstream --------------------------------------------------------
+    "unavailable": "A component this request needs is not running in this process.",
+    "upstream_error": "The upstream model provider failed.",
+    "upstream_unavailable": "The upstream could not be reached (refused, no route, no API key) or answered "
+    "with something unusable.",
+    "upstream_timeout": "The upstream did not answer within the provider's `timeout_seconds`.",
+    "vault_error": "A secret could not be stored or read.",
+    "decryption_failed": "A secret could not be decrypted: wrong master key, or tampered data.",
+    "master_key_invalid": "The master key is missing, malformed, not 32 bytes, or its file is readable by "
+    "group or others.",
+    # -- Tool results: what the model reads ------------------------------------------------------
+    "tool_error": "The MCP tool reported an error (`isError`); never retried.",
+    "tool_failed": "The tool raised an unexpected exception; the loop goes on.",
+    "tool_timeout": "The tool did not answer within its server's `timeout_ms` (after the retries).",
+    "tool_outcome_unknown": "An operation's execution failed after the request may have reached the server: "
+    "the operation is INTERRUPTED and never re-run.",
+    "timeout": "The run's deadline (`loop_deadline_seconds`) passed before this tool finished.",
+    "unknown_tool": "The model called a tool that is not offered to this run.",
+    "invalid_arguments": "The call's arguments are not a JSON object (for `spawn_subagent`: no non-empty "
+    "`task`, or `max_depth` reached).",
+    "max_tool_calls_reached": "The response reached `max_tool_calls`; this call was not run.",
+    "not_run": "The run ended (e.g. at `max_rounds`) before this gateway-run call ran.",
+    "confirmation_pending": "Another transactional call of this turn is waiting for the user's confirmation; "
+    "one question per turn.",
+    "missing_arguments": "A `requires` argument is missing: the model is told which to ask the user for.",
+    "out_of_scope": "The validator answered `eligible: false`; the operation is OUT_OF_SCOPE.",
+    "validator_failed": "The pre-validation tool failed or answered malformed (with `fail_open: false`, "
+    "the operation FAILED).",
+    "mcp_server_error": "The MCP server failed.",
+    "mcp_unreachable": "The MCP server could not be reached (after the retries).",
+    "mcp_connection_lost": "The session to the MCP server broke during the call (retried when safe).",
+    "mcp_http_error": "The MCP server answered an HTTP error status.",
+    "mcp_protocol_error": "The MCP server broke the protocol (a JSON-RPC error or an unusable message).",
+    "mcp_unauthorized": "The MCP server refused the credentials twice (HTTP 401, once more after a refresh).",
+    "unknown_server": "A tool names an MCP server the bound plugin does not have.",
+    "auth_unavailable": "The server's auth type needs the vault, which this process does not have.",
+    "mcp_auth_failed": "Credentials for the MCP server could not be obtained; no request was sent.",
+    "mcp_auth": "Credentials for the MCP server could not be built (e.g. a bad header value).",
+    "oauth_bad_token_url": "The OAuth `token_url` is not allowed (https, or http to a loopback host only).",
+    "oauth_unreachable": "The OAuth token endpoint could not be reached.",
+    "oauth_timeout": "The OAuth token endpoint did not answer in time (the server's `timeout_ms`, at "
+    "most 10 s).",
+    "oauth_redirect": "The OAuth token endpoint redirected; redirects are never followed.",
+    "oauth_too_large": "The OAuth token endpoint's answer is over 64 KiB.",
+    "oauth_failed": "The OAuth token endpoint answered a non-2xx status.",
+    "oauth_bad_response": "The OAuth token endpoint's answer has no usable bearer `access_token`.",
+    "oauth_bad_private_key": "The `private_key_jwt` key is not EC P-256 or RSA ≥ 2048 bits.",
+    # -- spawn_subagent results and failed responses ---------------------------------------------
+    "child_request_failed": "The child response failed (after 3 tries for transient upstream failures).",
+    "server_error": "The response failed: its run raised an error, or the replica running it stopped "
+    "(`type: interrupted`).",
+    "rate_limit_exceeded": "The response failed because the upstream answered 429.",
+}
+
+_FRAMEWORK_ROWS = (
+    (404, "404", "not_found_error", "—", "Starlette", "No such route."),
+    (405, "405", "invalid_request_error", "—", "Starlette", "The route exists, not with this method."),
+    (
+        499,
+        "4xx",
+        "as sent",
+        "`upstream_<status>`",
+        "ProviderStatusError",
+        "The upstream's own 4xx, passed through with its body (`type` `rate_limit_error` for 429).",
+    ),
+    (
+        500,
+        "500",
+        "server_error",
+        "—",
+        "(unhandled)",
+        "A bug: logged with its traceback, answered without details.",
+    ),
+    (
+        502,
+        "502",
+        "upstream_error",
+        "`upstream_<status>`",
+        "ProviderStatusError",
+        "The upstream answered a 5xx.",
+    ),
+)
+"""HTTP errors that carry no code of ours: the framework's, and the upstream's status passed through."""
+
+
+def render() -> str:
+    """The whole of docs/errors.md."""
+    uses = scan()
+    http, tool, tool_codes = _class_rows(uses)
+    lines = [
+        "# Error catalogue",
+        "",
+        "<!-- Generated by `python -m hatchway.docs` from src/hatchway/errors.py and every code the source "
+        "passes; meanings live in src/hatchway/docs/error_catalogue.py. Do not edit by hand. -->",
+        "",
+        'Every HTTP error has OpenAI\'s shape, `{"error": {"message", "type", "param", "code"}}`; '
+        "`param` names the field path or header when one is at fault. The same `code` appears in a "
+        "streamed `error` event and in a WebSocket `error` message.",
+        "",
+        "## HTTP errors",
+        "",
+        "| Status | `type` | `code` | Raised as | Meaning |",
+        "| --- | --- | --- | --- | --- |",
+        *http,
+        "",
+        "## Errors a tool call returns to the model",
+        "",
+        'A failing tool never fails the request: the model reads `{"error": {"code", "message"}}` as '
+        "that call's output and the loop goes on. The run log's step has `outcome` and `error_code`; on "
+        "the Responses API the call's `mcp_call` item carries the same output.",
+        "",
+        "| `code` | Raised as | Meaning |",
+        "| --- | --- | --- |",
+        *tool,
+        *_plain_rows(uses, "tool_result", exclude=tool_codes),
+        "",
+        "## `spawn_subagent` results",
+        "",
+        'A child that could not run answers its call with `{"ok": false, "error_code", "message"}` '
+        "(the same from the client-side `hatchway.delegation` helper).",
+        "",
+        "| `error_code` | Meaning |",
+        "| --- | --- |",
+        *_plain_rows(uses, "subagent", columns=2),
+        "",
+        "## A failed response's `error`",
+        "",
+        "A response that fails after it was created (background, streamed, or a subagent child) is stored "
+        'with `status: failed` and `error: {"code", "message", "type", "param"}`, where `type` is '
+        "the HTTP error's `code` above (or `interrupted`).",
+        "",
+        "| `code` | Meaning |",
+        "| --- | --- |",
+        *_plain_rows(uses, "response", columns=2),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def summary_pairs() -> set[tuple[str, str]]:
+    """(status, type) of every HTTP error class that carries a code: the README's summary table lists each."""
+    classes = error_classes()
+    pairs = set()
+    for use in scan():
+        cls = classes.get(use.raiser)
+        if use.kind == "class" and cls is not None and not issubclass(cls, ToolError):
+            pairs.add((str(cls.status_code), cls.error_type))
+    return pairs
+
+
+def _class_rows(uses: list[CodeUse]) -> tuple[list[str], list[str], set[str]]:
+    """Rows of codes bound to error classes: HTTP ones (with the framework's, by status), and ToolError
+    ones (which reach the model, not the client); the classes raising one code share its row."""
+    classes = error_classes()
+    raisers: dict[str, set[str]] = defaultdict(set)
+    for use in uses:
+        if use.kind == "class":
+            raisers[use.code].add(use.raiser)
+    http = [
+        (n, code, f"| {status} | `{t}` | {code} | `{r}` | {m} |")
+        for n, status, t, code, r, m in _FRAMEWORK_ROWS
+    ]
+    tool, tool_codes = [], set()
+    for code, names in sorted(raisers.items()):
+        by_kind: dict[tuple[int, str] | None, list[str]] = defaultdict(list)
+        for name in sorted(names):
+            cls = classes[name]
+            by_kind[None if issubclass(cls, ToolError) else (cls.status_code, cls.error_type)].append(
+                f"`{name}`"
+            )
+        for kind, shown in by_kind.items():
+            if kind is None:
+                tool.append(f"| `{code}` | {', '.join(shown)} | {meaning(code)} |")
+                tool_codes.add(code)
+            else:
+                status, error_type = kind
+                row = f"| {status} | `{error_type}` | `{code}` | {', '.join(shown)} | {meaning(code)} |"
+                http.append((status, code, row))
+    return [row for _, _, row in sorted(http)], tool, tool_codes
+
+
+def _plain_rows(
+    uses: list[CodeUse], kind: str, *, columns: int = 3, exclude: set[str] | None = None
+) -> list[str]:
+    codes = sorted({u.code for u in uses if u.kind == kind} - (exclude or set()))
+    if columns == 2:
+        return [f"| `{code}` | {meaning(code)} |" for code in codes]
+    return [f"| `{code}` | — | {meaning(code)} |" for code in codes]
+
+
+def meaning(code: str) -> str:
+    """The documented meaning of ``code`` (KeyError for an undocumented one: the test names it)."""
+    return MEANINGS[code]
