@@ -9,3 +9,7 @@ def test_all_exports_exist_and_come_from_hatchway() -> None:
         member = getattr(hatchway, name)
         if name != "__version__":
             assert member.__module__.startswith("hatchway."), name
+
+
+def test_every_lazy_name_is_exported_and_resolves() -> None:
+    assert set(hatchway._WHERE) | {"__version__"} == set(hatchway.__all__)

@@ -7,6 +7,15 @@ played with the official ``openai`` client, and a readable transcript.
 - ``scripted_model`` and ``script`` — the deterministic stand-in for an LLM.
 """
 
-from hatchway.demo.runner import main, run_demo
+from typing import Any
 
 __all__ = ["main", "run_demo"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: ``hatchway --help`` imports ``demo.stack`` for its env var names, not the whole demo.
+    if name in __all__:
+        from hatchway.demo import runner
+
+        return getattr(runner, name)
+    raise AttributeError(f"module 'hatchway.demo' has no attribute {name!r}")

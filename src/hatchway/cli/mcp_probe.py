@@ -1,0 +1,192 @@
+"""What ``hatchway mcp probe`` does; imported only when the command runs (the MCP SDK is heavy).
+
+Exit codes: 0 connected (and the call, if any, succeeded); 1 the called tool reported an error or
+something else failed; 2 bad options (URL, JSON, missing secret); 3 authentication failed; 4 the
+server could not be reached or did not answer in time; 5 the server broke the protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import typer
+from rich.table import Table
+
+from hatchway.cli.app import console, err_console, fail, settings_from
+from hatchway.cli.mcp_target import PROBE_SERVER_ID, OAuthInputs, SecretInputs, Target, build_server
+from hatchway.config.plugin import McpServerConfig, load_plugin
+from hatchway.engine.tools.mcp.auth import VaultCredentials
+from hatchway.engine.tools.mcp.auth.discovery import AuthorizationServer
+from hatchway.engine.tools.mcp.probe import (
+    GivenSecrets,
+    ProbeReport,
+    ToolCall,
+    failure_kind,
+    probe_context,
+    probe_server,
+)
+from hatchway.errors import ConfigError, HatchwayError, ToolError
+from hatchway.store.cache import MemoryCache
+from hatchway.store.db import Database
+from hatchway.store.orgs import OrgStore
+from hatchway.vault import Vault, load_master_key
+
+EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_AUTH, EXIT_UNREACHABLE, EXIT_PROTOCOL = 1, 2, 3, 4, 5
+_EXIT_BY_KIND = {"auth": EXIT_AUTH, "unreachable": EXIT_UNREACHABLE, "protocol": EXIT_PROTOCOL}
+
+
+def run_probe(
+    *,
+    url: str | None,
+    sse: bool,
+    command: str | None,
+    arg: list[str] | None,
+    bearer_env: str | None,
+    bearer_stdin: bool,
+    oauth_token_url: str | None,
+    client_id: str | None,
+    client_secret_stdin: bool,
+    client_secret_env: str | None,
+    private_key_file: Path | None,
+    private_key_stdin: bool,
+    client_auth: str | None,
+    scope: list[str] | None,
+    kid: str | None,
+    audience: str | None,
+    plugin: Path | None,
+    server: str | None,
+    org: str | None,
+    call: str | None,
+    args: str,
+    timeout: float,
+    config: Path,
+) -> None:
+    """The body of ``hatchway mcp probe`` (see ``cli/mcp.py`` for the options)."""
+    tool_call = _tool_call(call, args)
+    target = Target(url=url, sse=sse, command=command, args=arg or [], timeout_ms=int(timeout * 1000))
+    oauth = OAuthInputs(oauth_token_url, client_id, client_auth, scope or [], kid, audience)
+    inputs = SecretInputs(
+        bearer_env, bearer_stdin, client_secret_env, client_secret_stdin, private_key_file, private_key_stdin
+    )
+    if plugin is not None:
+        run = _from_plugin(plugin, server, org, config, tool_call, timeout)
+    else:
+        try:
+            secrets = inputs.read(sys.stdin)  # before the spinner: stdin may be a terminal
+        except HatchwayError as exc:
+            raise fail(exc.message, EXIT_USAGE) from None
+        run = _from_options(target, oauth, secrets, tool_call, timeout)
+    label = url or command or f"{plugin}#{server or ''}"
+    with err_console.status(f"Connecting to {label}…"):
+        report = _run(run, label)
+    _print(report, tool_call)
+    if report.result is not None and report.result.is_error:
+        raise typer.Exit(EXIT_TOOL_ERROR)
+
+
+def _tool_call(call: str | None, args: str) -> ToolCall | None:
+    try:
+        arguments = orjson.loads(args)
+    except orjson.JSONDecodeError as exc:
+        raise fail(f"--args: not valid JSON ({exc})", EXIT_USAGE) from None
+    if not isinstance(arguments, dict):
+        raise fail("--args: must be a JSON object, e.g. '{\"a\": 1}'", EXIT_USAGE)
+    if call is None:
+        if arguments:
+            raise fail("--args needs --call TOOL", EXIT_USAGE)
+        return None
+    return ToolCall(call, arguments)
+
+
+def _run(coroutine: Any, label: str) -> ProbeReport:
+    try:
+        return asyncio.run(coroutine)
+    except ConfigError as exc:
+        raise fail(exc.render().replace("\n", "; "), EXIT_USAGE) from None
+    except ToolError as exc:
+        # Errors name the server by its plugin id; a server given by URL is better named by it.
+        message = exc.message.replace(f"{PROBE_SERVER_ID}: ", f"{label}: ", 1)
+        raise fail(message, _EXIT_BY_KIND.get(failure_kind(exc), 1)) from None
+    except HatchwayError as exc:
+        raise fail(exc.message, EXIT_USAGE if exc.status_code < 500 else 1) from None
+
+
+async def _from_options(
+    target: Target, oauth: OAuthInputs, secrets: dict[str, str], call: ToolCall | None, seconds: float
+) -> ProbeReport:
+    server, discovered = await build_server(target, oauth, secrets)
+    if discovered is not None:
+        _print_discovery(discovered)
+    credentials = VaultCredentials(GivenSecrets(secrets), MemoryCache(), allow_private_hosts=True)
+    return await probe_server(server, credentials, probe_context(timeout=seconds), call=call)
+
+
+async def _from_plugin(
+    path: Path, server_id: str | None, org: str | None, config: Path, call: ToolCall | None, seconds: float
+) -> ProbeReport:
+    server = _plugin_server(path, server_id)
+    if server.auth.type == "none":
+        credentials = VaultCredentials(GivenSecrets({}), MemoryCache())
+        return await probe_server(server, credentials, probe_context(timeout=seconds), call=call)
+    if org is None:
+        raise fail(
+            f"server '{server.id}' uses auth {server.auth.type}: give --org (and --config) for the vault", 2
+        )
+    settings = settings_from(config)
+    db = Database(settings.database_url)
+    try:
+        await db.migrate()
+        org_row = await OrgStore(db).get_org(org)
+        vault = Vault(db, load_master_key(settings.master_key_file))
+        credentials = VaultCredentials(vault, MemoryCache(), allow_private_hosts=True)
+        ctx = probe_context(org_row.id, org_row.name, timeout=seconds)
+        return await probe_server(server, credentials, ctx, call=call)
+    finally:
+        await db.close()
+
+
+def _plugin_server(path: Path, server_id: str | None) -> McpServerConfig:
+    plugin = load_plugin(path)
+    ids = ", ".join(s.id for s in plugin.mcp_servers) or "none"
+    if server_id is None:
+        if len(plugin.mcp_servers) != 1:
+            raise fail(f"{path}: give --server (servers: {ids})", EXIT_USAGE)
+        return plugin.mcp_servers[0]
+    found = plugin.server(server_id)
+    if found is None:
+        raise fail(f"{path}: no server '{server_id}' (servers: {ids})", EXIT_USAGE)
+    return found
+
+
+def _print_discovery(found: AuthorizationServer) -> None:
+    err_console.print(
+        f"discovered token endpoint {found.token_endpoint} (issuer {found.issuer}); "
+        "put it in the plugin's auth.token_url",
+        highlight=False,
+    )
+
+
+def _print(report: ProbeReport, call: ToolCall | None) -> None:
+    name = report.server_name or "(unnamed server)"
+    version = f" {report.server_version}" if report.server_version else ""
+    console.print(
+        f"[bold]{name}[/]{version} — protocol {report.protocol_version or 'unknown'}", highlight=False
+    )
+    table = Table(title=f"{len(report.tools)} tools", title_justify="left")
+    table.add_column("name", style="bold")
+    table.add_column("description")
+    table.add_column("arguments")
+    for tool in report.tools:
+        properties = (tool.input_schema or {}).get("properties") or {}
+        required = set((tool.input_schema or {}).get("required") or [])
+        arguments = ", ".join(f"{p}{'*' if p in required else ''}" for p in properties)
+        table.add_row(tool.name, (tool.description or "").strip().split("\n")[0], arguments)
+    console.print(table)
+    if call is not None and report.result is not None:
+        status = "[red]error[/]" if report.result.is_error else "[green]ok[/]"
+        console.print(f"call {call.name}: {status}", highlight=False)
+        console.print(report.result.text, highlight=False, markup=False, soft_wrap=True)
