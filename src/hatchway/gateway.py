@@ -38,6 +38,8 @@ from hatchway.vault import Vault, load_master_key
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
+    from hatchway.jobs import ResponseQueue
+
 logger = logging.getLogger(__name__)
 
 
@@ -77,8 +79,17 @@ def make_cache(settings: Settings) -> Cache:
     if settings.redis_url:
         from hatchway.store.redis_cache import RedisCache
 
-        return RedisCache(settings.redis_url)
+        return RedisCache(settings.redis_url, prefix=settings.redis_prefix)
     return MemoryCache()
+
+
+def make_queue(settings: Settings) -> ResponseQueue | None:
+    """The job queue of background responses when ``redis_url`` is set; None runs them in-process."""
+    if not settings.redis_url:
+        return None
+    from hatchway.jobs import ResponseQueue
+
+    return ResponseQueue(settings)
 
 
 class Gateway:
@@ -102,7 +113,7 @@ class Gateway:
         self.log_writer.observers.append(self.telemetry.observe_record)
         self.vault = Vault(self.db, load_master_key(settings.master_key_file))
         self.models = ModelRouter(settings, secret_lookup=self.vault.system_secret)
-        self.mcp_pool = McpServerPool()
+        self.mcp_pool = McpServerPool(cache=self.cache)
         """Live MCP sessions, shared by every request; closed with the gateway."""
         self.mcp_credentials: McpCredentials = VaultCredentials(
             self.vault, self.cache, allow_private_hosts=settings.allow_private_mcp_urls
@@ -114,6 +125,8 @@ class Gateway:
         )
         self.tasks = BackgroundTasks()
         """Background responses and live streams; cancelled (and recorded as interrupted) on close."""
+        self.jobs = make_queue(settings)
+        """Where background responses go when Redis is configured (any replica or worker runs them)."""
         self.operations = OperationStore(self.db, lease_seconds=settings.operations.execution_lease_seconds)
         plugins = PluginBinding(settings)
         self.plan_contributors: list[PlanContributor] = [
@@ -153,6 +166,8 @@ class Gateway:
         await self.log_writer.close()
         await asyncio.to_thread(self.telemetry.tracing.shutdown)  # flushes spans over HTTP: off the loop
         await self.models.aclose()
+        if self.jobs is not None:
+            await self.jobs.close()
         await self.cache.close()
         await self.db.close()
 

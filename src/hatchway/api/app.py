@@ -22,6 +22,7 @@ from hatchway.api import (
     secrets,
 )
 from hatchway.api.errors import install_error_handlers
+from hatchway.api.responses_worker import serve_queue
 from hatchway.api.ui import mount_dashboard
 from hatchway.config.settings import Settings
 from hatchway.gateway import Gateway
@@ -35,6 +36,7 @@ def create_app(settings: Settings, *, gateway: Gateway | None = None) -> FastAPI
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await gw.start()
+        gw.tasks.spawn("jobs:worker", serve_queue(gw))  # background responses off the Redis queue
         try:
             yield
         finally:

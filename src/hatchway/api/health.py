@@ -30,7 +30,14 @@ async def readyz(request: Request) -> JSONResponse:
             checks["redis"] = "ok"
         except Exception as exc:
             checks["redis"] = f"unreachable ({type(exc).__name__})"
+    body: dict[str, object] = {"checks": checks}
+    if gw.jobs is not None and checks.get("redis") == "ok":
+        # Informative, not a condition: this replica serves either way, but with no worker anywhere
+        # background responses stay queued.
+        try:
+            body["queue_workers"] = await gw.jobs.workers()
+        except Exception as exc:
+            checks["queue"] = f"unreachable ({type(exc).__name__})"
     ready = all(v == "ok" for v in checks.values())
-    return JSONResponse(
-        {"status": "ok" if ready else "unavailable", "checks": checks}, status_code=200 if ready else 503
-    )
+    body["status"] = "ok" if ready else "unavailable"
+    return JSONResponse(body, status_code=200 if ready else 503)

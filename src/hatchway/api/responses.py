@@ -16,6 +16,7 @@ from hatchway.api.auth import authenticate, gateway_of
 from hatchway.api.context import run_context
 from hatchway.api.errors import parse_json_body, validate_body
 from hatchway.api.responses_items import wire_items
+from hatchway.api.responses_queue import abort, enqueue
 from hatchway.api.responses_runs import ResponseRun, ResponseRunner
 from hatchway.api.responses_stream import EventLog, ResponseStreamWriter, replay
 from hatchway.api.responses_wire import CreateResponseRequest, response_object
@@ -54,6 +55,9 @@ async def create_response(
     body = validate_body(CreateResponseRequest, parse_json_body(await request.body()))
     runner = ResponseRunner(gw)
     run = await runner.prepare(body, ctx)
+    if run.queued:  # Redis: any replica's or worker's queue consumer runs it
+        await enqueue(gw, run)
+        return _json(run.snapshot())
     if body.background:
         return _start_background(gw, runner, run, stream=bool(body.stream))
     if body.stream:
@@ -135,6 +139,7 @@ async def delete_response(
     if record.status in ACTIVE:
         await gw.responses.cancel(record.id)
         gw.tasks.cancel(record.id)
+        await abort(gw, record.id)
     await gw.responses.delete(principal.org_id, response_id)
     return _json({"id": response_id, "object": "response.deleted", "deleted": True})
 
@@ -150,7 +155,8 @@ async def cancel_response(
             "Only responses created with background: true can be cancelled.", param="response_id"
         )
     if record.status in ACTIVE and await gw.responses.cancel(record.id):
-        gw.tasks.cancel(record.id)  # on another replica, its lease heartbeat sees the cancel
+        gw.tasks.cancel(record.id)  # elsewhere: the queue aborts it, or its lease heartbeat sees the cancel
+        await abort(gw, record.id)
     record = await _record(gw, principal, response_id)
     if record.status != "cancelled":
         raise Conflict(

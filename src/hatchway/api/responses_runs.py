@@ -20,6 +20,7 @@ from hatchway.api.responses_items import (
     pending_client_calls,
     wire_items,
 )
+from hatchway.api.responses_queue import queued_job
 from hatchway.api.responses_stream import EventLog, ResponseStreamWriter, terminal_event
 from hatchway.api.responses_wire import CreateResponseRequest, parse_input, response_object
 from hatchway.engine.context import RunContext
@@ -55,6 +56,8 @@ class ResponseRun:
     trace: RequestTrace
     writer: ResponseStreamWriter | None = None
     output: list[dict[str, Any]] = field(default_factory=list)
+    queued: bool = False
+    """Stored for the job queue (a worker runs it), rather than run by this process."""
 
     def snapshot(self) -> dict[str, Any]:
         """The Response object as it stands (what lifecycle events carry)."""
@@ -115,24 +118,7 @@ class ResponseRunner:
         ctx.session_key = ctx.session_key or root_id or ctx.response_id
         input_records = await open_compactions(self.gw, ctx.org_id, parse_input(body.input))
         check_call_outputs(history, input_records)
-        plan = await self.gw.plan_run(body.model, ctx, ctx.request_headers)
-        trace.agent = plan.agent.name if plan.agent else None
-        trace.plugin_source = plan.plugin_source
-        if body.max_tool_calls is not None:
-            plan.loop.max_tool_calls = body.max_tool_calls
-        conversation: list[Item] = [
-            Message(role="system", content=text) for text in (plan.instructions, body.instructions) if text
-        ]
-        conversation.extend(item_of(r) for r in [*history, *input_records])
-        router = ToolRouter(toolsets=plan.toolsets, client_tools=body.client_tools())
-        loop = AgentLoop(
-            plan.model,
-            router,
-            plan.loop,
-            tool_choice=body.upstream_tool_choice(),
-            parallel_tool_calls=body.parallel_tool_calls,
-            params=body.upstream_params(),
-        )
+        conversation, loop, router = await self._plan(body, ctx, trace, [*history, *input_records])
         now = utcnow()
         record = ResponseRecord(
             id=ctx.response_id,
@@ -150,13 +136,66 @@ class ResponseRunner:
             updated_at=now,
         )
         stored = body.store is not False
+        job = await queued_job(self.gw, body, ctx) if stored and local_history is None else None
         if stored:
             if local_history is not None:
                 # The previous response exists only on the socket: this one starts a stored chain
                 # that carries the whole conversation, so it replays without the socket.
                 record.previous_response_id = None
-            await self.gw.responses.create(record, [*(local_history or []), *input_records])
-        return ResponseRun(record, stored, input_records, conversation, loop, router, ctx, trace)
+            await self.gw.responses.create(record, [*(local_history or []), *input_records], job=job)
+        run = ResponseRun(record, stored, input_records, conversation, loop, router, ctx, trace)
+        run.queued = job is not None
+        return run
+
+    async def _plan(
+        self, body: CreateResponseRequest, ctx: RunContext, trace: RequestTrace, records: list[dict[str, Any]]
+    ) -> tuple[list[Item], AgentLoop, ToolRouter]:
+        """The conversation for the model, the loop and its tool router (history + input records)."""
+        plan = await self.gw.plan_run(body.model, ctx, ctx.request_headers)
+        trace.agent = plan.agent.name if plan.agent else None
+        trace.plugin_source = plan.plugin_source
+        if body.max_tool_calls is not None:
+            plan.loop.max_tool_calls = body.max_tool_calls
+        conversation: list[Item] = [
+            Message(role="system", content=text) for text in (plan.instructions, body.instructions) if text
+        ]
+        conversation.extend(item_of(r) for r in records)
+        router = ToolRouter(toolsets=plan.toolsets, client_tools=body.client_tools())
+        loop = AgentLoop(
+            plan.model,
+            router,
+            plan.loop,
+            tool_choice=body.upstream_tool_choice(),
+            parallel_tool_calls=body.parallel_tool_calls,
+            params=body.upstream_params(),
+        )
+        return conversation, loop, router
+
+    async def restore(
+        self, body: CreateResponseRequest, ctx: RunContext, record: ResponseRecord
+    ) -> ResponseRun:
+        """A stored response rebuilt from the database to run elsewhere (a worker of the job queue).
+
+        ``ctx`` carries who asked and the request headers; history and input come from the store.
+        A plan that fails now (a secret deleted meanwhile…) fails the response, as it would have
+        failed the request at creation.
+        """
+        ctx.response_id = record.id
+        ctx.extras[CHILD_RUNNER_KEY] = self
+        trace = RequestTrace(
+            "responses", ctx, model=body.model, response_id=record.id, parent_id=record.parent_response_id
+        )
+        input_records = await self.gw.responses.items(record.id, "input")
+        try:
+            history, root_id = await self._history(body, ctx)
+            ctx.session_key = ctx.session_key or root_id or ctx.response_id
+            conversation, loop, router = await self._plan(body, ctx, trace, [*history, *input_records])
+        except HatchwayError as exc:
+            error = error_object(exc, ctx)
+            await self.gw.responses.finish(record.id, Outcome(status="failed", output=[], error=error))
+            self.gw.log_writer.submit(trace.to_record(http_status=exc.status_code, error=error["message"]))
+            raise
+        return ResponseRun(record, True, input_records, conversation, loop, router, ctx, trace)
 
     async def _history(
         self, body: CreateResponseRequest, ctx: RunContext
@@ -233,13 +272,8 @@ class ResponseRunner:
             run.writer.log.close()
 
     async def _fail(self, run: ResponseRun, exc: HatchwayError) -> None:
-        message = run.ctx.redact(exc.message)
-        code = (
-            "rate_limit_exceeded"
-            if isinstance(exc, ProviderStatusError) and exc.upstream_status == 429
-            else "server_error"
-        )
-        error = {"code": code, "message": message, "type": exc.code, "param": exc.param}
+        error = error_object(exc, run.ctx)
+        message = error["message"]
         await self._store(run, Outcome(status="failed", output=[], error=error))
         self.gw.log_writer.submit(run.trace.to_record(http_status=exc.status_code, error=message))
         if run.writer is not None:
@@ -292,6 +326,17 @@ class ResponseRunner:
         run = await self.prepare(body, ctx, parent_response_id=parent.response_id, call_id=request.call_id)
         await self.execute(run)
         return ChildOutcome(response_id=run.record.id, output_text=output_text(run.output))
+
+
+def error_object(exc: HatchwayError, ctx: RunContext | None = None) -> dict[str, Any]:
+    """The stored ``error`` of a response that failed with ``exc`` (the run's secrets scrubbed)."""
+    code = (
+        "rate_limit_exceeded"
+        if isinstance(exc, ProviderStatusError) and exc.upstream_status == 429
+        else "server_error"
+    )
+    message = ctx.redact(exc.message) if ctx is not None else exc.message
+    return {"code": code, "message": message, "type": exc.code, "param": exc.param}
 
 
 def check_call_outputs(history: list[dict[str, Any]], input_records: list[dict[str, Any]]) -> None:

@@ -72,3 +72,15 @@ def as_json(value: Any) -> str:
     import orjson
 
     return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+
+
+def configure_logging(level: str) -> None:
+    """Hatchway's own log lines (and the job queue's) on stderr at ``level``; uvicorn keeps its own."""
+    import logging
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for name in ("hatchway", "saq"):
+        logger = logging.getLogger(name)
+        logger.setLevel(level.upper())
+        logger.addHandler(handler)

@@ -10,6 +10,7 @@ from hatchway.cli.app import (
     DEFAULT_CONFIG,
     ConfigOption,
     app,
+    configure_logging,
     err_console,
     examples,
     fail,
@@ -33,7 +34,7 @@ def serve(
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8080,
     log_level: Annotated[
-        str, typer.Option(help="uvicorn's log level: critical, error, warning, info or debug.")
+        str, typer.Option(help="Log level of uvicorn and Hatchway: critical, error, warning, info or debug.")
     ] = "info",
 ) -> None:
     """Start the gateway: apply the database migrations, then serve the API and /ui."""
@@ -42,6 +43,7 @@ def serve(
     from hatchway.api.app import create_app
 
     settings = settings_from(config)
+    configure_logging(log_level)
     try:
         asgi_app = create_app(settings)  # loads plugins and the master key: bad ones stop here
     except ConfigError as exc:  # a plugin file named in hatchway.yaml is broken

@@ -10,6 +10,7 @@ from typing import Annotated
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from hatchway.config.agents import OperationSettings
+from hatchway.config.background import BackgroundSettings
 from hatchway.config.loading import StrictModel, load_yaml_model
 from hatchway.vault.names import ref_problem
 
@@ -146,8 +147,13 @@ class Settings(StrictModel):
     """SQLAlchemy async URL: SQLite (``sqlite+aiosqlite:///…``) for one process, PostgreSQL
     (``postgresql+asyncpg://…``) for replicas."""
     redis_url: str | None = None
-    """``redis://…``: caches (OAuth tokens, tool results, listings) and locks shared by replicas; in-process
-    when unset."""
+    """``redis://…``: caches (OAuth tokens, tool results, listings), locks and the job queue of
+    background responses, shared by replicas; in-process when unset."""
+    redis_prefix: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")] = (
+        "hatchway:"
+    )
+    """Prefix of every Redis key and of the job queue's name: replicas of one deployment share it;
+    deployments sharing one Redis need different ones."""
     master_key_file: str = "./.hatchway/master.key"
     """The vault's master key, created with mode 0600 on first start; ``HATCHWAY_MASTER_KEY`` (32 bytes,
     base64) takes precedence."""
@@ -176,6 +182,8 @@ class Settings(StrictModel):
     """How long a replica's claim on a running response lasts unless renewed (renewed every third)."""
     operations: OperationSettings = Field(default_factory=OperationSettings)
     """Transactional operations: confirmation TTL, execution lease, extra yes/no words."""
+    background: BackgroundSettings = Field(default_factory=BackgroundSettings)
+    """The Redis job queue of background responses (replicas and ``hatchway worker``)."""
 
     _config_dir: Path = PrivateAttr(default_factory=Path.cwd)
 

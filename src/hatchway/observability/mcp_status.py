@@ -86,7 +86,7 @@ class McpServerReport:
         server = configured.server
         listing = self.pool.listing(server, principal.org_id, trusted=True)
         if not probe:
-            cached = listing.fresh()
+            cached = await listing.fresh()
             return {"reachable": None, "tools": _names(cached) if cached is not None else None, "error": None}
         ctx = RunContext(principal=principal, deadline=time.monotonic() + PROBE_SECONDS)
         client = PluginMcpClient(
@@ -95,7 +95,7 @@ class McpServerReport:
             pool=self.pool,
             credentials=self.credentials,
         )
-        listing.forget()  # a probe asks the server itself, not the shared listing
+        await listing.forget()  # a probe asks the server itself, not the shared listing
         try:
             await self.credentials.authorize(server, ctx, trusted=True)
             tools = await client.list_tools(server, ctx)

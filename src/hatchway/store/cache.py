@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -32,13 +32,18 @@ class Cache(ABC):
         """Forget ``key``."""
 
     @asynccontextmanager
-    async def lock(self, name: str, *, hold_seconds: float = 30.0) -> AsyncIterator[None]:
+    async def lock(
+        self, name: str, *, hold_seconds: float = 30.0, on_wait: Callable[[], None] | None = None
+    ) -> AsyncIterator[None]:
         """Hold ``name`` exclusively (across replicas for shared caches).
 
-        ``hold_seconds`` bounds both the wait and how long a crashed holder can keep it.
+        ``hold_seconds`` bounds both the wait (TimeoutError) and how long a crashed holder can keep
+        it; ``on_wait`` is called once when another holder has it and this caller starts waiting.
         """
         locks: dict[str, asyncio.Lock] = self.__dict__.setdefault("_process_locks", {})
         local = locks.setdefault(name, asyncio.Lock())
+        if local.locked() and on_wait is not None:
+            on_wait()
         async with asyncio.timeout(hold_seconds):
             await local.acquire()
         try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -35,11 +35,16 @@ class RedisCache(Cache):
         await self.client.delete(self.prefix + key)
 
     @asynccontextmanager
-    async def lock(self, name: str, *, hold_seconds: float = 30.0) -> AsyncIterator[None]:
+    async def lock(
+        self, name: str, *, hold_seconds: float = 30.0, on_wait: Callable[[], None] | None = None
+    ) -> AsyncIterator[None]:
         key = f"{self.prefix}lock:{name}"
         lock = self.client.lock(key, timeout=hold_seconds, blocking_timeout=hold_seconds)
-        if not await lock.acquire():
-            raise TimeoutError(f"could not acquire the shared lock '{name}' within {hold_seconds}s")
+        if not await lock.acquire(blocking=False):
+            if on_wait is not None:
+                on_wait()
+            if not await lock.acquire():
+                raise TimeoutError(f"could not acquire the shared lock '{name}' within {hold_seconds}s")
         try:
             yield
         finally:

@@ -5,6 +5,7 @@ replica continues on another. A running response belongs to the replica named in
 long as its ``lease_expires_at`` lies in the future; the owner renews its leases periodically
 (``renew_leases``), and any replica fails responses whose lease has expired (``fail_expired``) —
 that is how a run cut short by a crash or a restart ends as ``failed`` instead of ``in_progress``.
+A response waiting on the job queue (Redis) has no owner and no lease until a worker ``start``s it.
 Terminal writes are conditional (``WHERE status IN ('queued', 'in_progress')``), so a cancel that
 lands first always wins over a run finishing later on any replica.
 """
@@ -23,6 +24,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 from hatchway.engine.background import BackgroundTasks
 from hatchway.errors import NotFound
 from hatchway.store.db import Database
+from hatchway.store.response_jobs import ResponseJobRecord
 from hatchway.store.tables import Base, utcnow
 
 logger = logging.getLogger(__name__)
@@ -98,14 +100,23 @@ class ResponseStore:
     def _lease(self) -> datetime:
         return utcnow() + timedelta(seconds=self.lease_seconds)
 
-    async def create(self, record: ResponseRecord, input_items: list[dict[str, Any]]) -> None:
-        """Insert a new response (owned by this process) with its input items."""
-        record.owner = self.owner
-        record.lease_expires_at = self._lease()
+    async def create(
+        self,
+        record: ResponseRecord,
+        input_items: list[dict[str, Any]],
+        *,
+        job: ResponseJobRecord | None = None,
+    ) -> None:
+        """Insert a new response with its input items, owned by this process — or, with ``job`` (its
+        stored request), by nobody: a queued job has no lease until a worker starts it."""
+        record.owner = None if job is not None else self.owner
+        record.lease_expires_at = None if job is not None else self._lease()
         async with self.db.session() as s:
             s.add(record)
             await s.flush()
             s.add_all(_item_rows(record.id, "input", input_items))
+            if job is not None:
+                s.add(job)
 
     async def get(self, org_id: str, response_id: str) -> ResponseRecord:
         async with self.db.session() as s:
@@ -163,12 +174,18 @@ class ResponseStore:
         return items
 
     async def start(self, response_id: str) -> bool:
-        """``queued`` → ``in_progress``; False when the response is no longer queued (cancelled)."""
+        """``queued`` → ``in_progress``, owned by this process; False when it is no longer queued
+        (cancelled, or taken by another worker)."""
         async with self.db.session() as s:
             result = await s.execute(
                 update(ResponseRecord)
                 .where(ResponseRecord.id == response_id, ResponseRecord.status == "queued")
-                .values(status="in_progress", updated_at=utcnow(), lease_expires_at=self._lease())
+                .values(
+                    status="in_progress",
+                    owner=self.owner,
+                    updated_at=utcnow(),
+                    lease_expires_at=self._lease(),
+                )
             )
         return result.rowcount == 1  # type: ignore[attr-defined]
 

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import contextvars
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -27,6 +26,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from hatchway.config.plugin import McpServerConfig
 from hatchway.engine.tools.mcp.http import RequestScope, scoped_http_client
 from hatchway.errors import McpServerError
+from hatchway.store.cache import Cache
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -41,33 +41,58 @@ class ConnectionLost(Exception):
 
 
 class ToolListing:
-    """A server's cached ``tools/list``: kept across reconnects, dropped on change or expiry.
+    """A server's ``tools/list``, shared by every replica through the cache, dropped on change or expiry.
 
-    It outlives any one session on purpose: a server that is briefly unreachable keeps its tools
-    in front of the model, whose calls then get a readable error instead of vanishing tools
-    (``last_known`` serves them when listing again fails after the TTL).
+    The shared entry lives ``ttl_seconds``; a ``tools/list_changed`` seen by any replica deletes it,
+    so all of them list again. The last listing seen in this process outlives the entry on purpose:
+    a server that is briefly unreachable keeps its tools in front of the model, whose calls then get
+    a readable error instead of vanishing tools (``last_known`` serves them when listing again fails).
     """
 
-    def __init__(self, ttl_seconds: float) -> None:
+    def __init__(self, cache: Cache, key: str, ttl_seconds: float) -> None:
+        self.cache = cache
+        self.key = key
         self.ttl_seconds = ttl_seconds
         self.lock = asyncio.Lock()
+        """One listing at a time in this process (other replicas may list concurrently: harmless)."""
         self._tools: list[types.Tool] | None = None
-        self._fetched = 0.0
+        self._raw: list[Any] | None = None
 
-    def fresh(self) -> list[types.Tool] | None:
-        if self._tools is not None and time.monotonic() - self._fetched < self.ttl_seconds:
-            return self._tools
-        return None
-
-    def last_known(self) -> list[types.Tool] | None:
-        """The last listing, however old; None after a ``tools/list_changed`` or before any."""
+    async def fresh(self) -> list[types.Tool] | None:
+        """The shared listing while it lives; None when absent, expired or forgotten."""
+        try:
+            raw = await self.cache.get(self.key)
+        except Exception as exc:  # the cache is a shortcut: without it the server is asked
+            logger.warning("tool listing cache unavailable (%s)", type(exc).__name__)
+            return None
+        if not isinstance(raw, list):
+            return None
+        if raw != self._raw:  # parsed once per distinct listing, not per request
+            try:
+                self._tools = [types.Tool.model_validate(tool) for tool in raw]
+            except ValueError:
+                return None
+            self._raw = raw
         return self._tools
 
-    def store(self, tools: list[types.Tool]) -> None:
-        self._tools, self._fetched = tools, time.monotonic()
+    def last_known(self) -> list[types.Tool] | None:
+        """The last listing seen here, however old; None after a ``tools/list_changed`` or before any."""
+        return self._tools
 
-    def forget(self) -> None:
-        self._tools = None
+    async def store(self, tools: list[types.Tool]) -> None:
+        raw = [tool.model_dump(mode="json", by_alias=True, exclude_none=True) for tool in tools]
+        self._tools, self._raw = tools, raw
+        try:
+            await self.cache.set(self.key, raw, self.ttl_seconds)
+        except Exception as exc:
+            logger.warning("tool listing cache unavailable (%s)", type(exc).__name__)
+
+    async def forget(self) -> None:
+        self._tools = self._raw = None
+        try:
+            await self.cache.delete(self.key)
+        except Exception as exc:
+            logger.warning("tool listing cache unavailable (%s)", type(exc).__name__)
 
 
 class McpConnection:
@@ -186,14 +211,14 @@ class McpConnection:
         try:
             async with client.listen(tools_list_changed=True) as subscription:
                 async for _event in subscription:
-                    self.listing.forget()
+                    await self.listing.forget()
         except Exception as exc:  # no subscription: the listing still expires on its TTL
             logger.debug("MCP %s: no tools/list_changed subscription (%s)", self.server.id, _describe(exc))
 
     async def _on_message(self, message: Any) -> None:
         # Handshake-era servers push notifications/tools/list_changed on the session's stream.
         if isinstance(message, types.ToolListChangedNotification):
-            self.listing.forget()
+            await self.listing.forget()
 
     def _transport(self, http: httpx2.AsyncClient | None) -> Any:
         server = self.server
@@ -242,10 +267,10 @@ class McpConnection:
     async def tools(self, scope: RequestScope) -> list[types.Tool]:
         """The server's tools, from the shared listing while it is fresh."""
         async with self.listing.lock:
-            tools = self.listing.fresh()
+            tools = await self.listing.fresh()
             if tools is None:
                 tools = await self.run(_list_all_tools, scope)
-                self.listing.store(tools)
+                await self.listing.store(tools)
             return tools
 
 

@@ -102,7 +102,7 @@ class PluginMcpClient:
     async def list_tools(self, server: McpServerConfig, ctx: RunContext) -> list[types.Tool]:
         """The server's tools (all of them; the toolset applies the allowlist)."""
         listing = self.pool.listing(server, ctx.org_id, trusted=self.trusted)
-        cached = listing.fresh()
+        cached = await listing.fresh()
         if cached is not None:  # no session needed, even when the server is briefly away
             return cached
         try:

@@ -10,6 +10,7 @@ import orjson
 
 from hatchway.config.plugin import McpServerConfig
 from hatchway.engine.tools.mcp.connection import McpConnection, ToolListing
+from hatchway.store.cache import Cache, MemoryCache
 
 logger = logging.getLogger(__name__)
 
@@ -30,9 +31,11 @@ def connection_key(server: McpServerConfig, org_id: str, *, trusted: bool) -> st
 class McpServerPool:
     """Owns every MCP session of the process; ``aclose()`` ends them all (gateway shutdown)."""
 
-    def __init__(self, *, tools_ttl_seconds: float = 300.0) -> None:
+    def __init__(self, *, tools_ttl_seconds: float = 300.0, cache: Cache | None = None) -> None:
         self.tools_ttl_seconds = tools_ttl_seconds
         """How long a server's tool listing is trusted without a ``tools/list_changed``."""
+        self.cache = cache or MemoryCache()
+        """Where listings are shared: the gateway's cache (Redis with ``redis_url``: every replica)."""
         self._connections: dict[str, McpConnection] = {}
         self._listings: dict[str, ToolListing] = {}
         self._closed = False
@@ -64,7 +67,8 @@ class McpServerPool:
         key = connection_key(server, org_id, trusted=trusted)
         listing = self._listings.get(key)
         if listing is None:
-            listing = self._listings[key] = ToolListing(self.tools_ttl_seconds)
+            listing = ToolListing(self.cache, f"mcp:tools:{key}", self.tools_ttl_seconds)
+            self._listings[key] = listing
         return listing
 
     async def discard(self, connection: McpConnection) -> None:

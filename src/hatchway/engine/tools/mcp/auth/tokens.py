@@ -2,13 +2,16 @@
 
 A token is used until ``refresh_margin`` seconds (60 by default, at most half its lifetime) before
 it expires, then fetched again. Concurrent callers that miss share one in-flight fetch
-(single-flight) instead of each hitting the token endpoint. The clock is injected so tests can move
-time; it is wall-clock time by default because cache entries may be read by other replicas.
+(single-flight) instead of each hitting the token endpoint — across replicas too: the fetch runs
+under a shared cache lock (a Redis lock with ``redis_url``), and whoever waited for it reads the
+token the holder stored. The clock is injected so tests can move time; it is wall-clock time by
+default because cache entries may be read by other replicas.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 
@@ -17,16 +20,32 @@ from hatchway.store.cache import Cache
 
 Clock = Callable[[], float]
 Fetch = Callable[[], Awaitable[AccessToken]]
+logger = logging.getLogger(__name__)
+LOCK_SECONDS = 15.0
+"""Longer than a token exchange may take (the endpoint timeout is 10 s)."""
+
+
+def _waiting(key: str) -> Callable[[], None]:
+    return lambda: logger.info("token %s: another replica is fetching it; waiting for its token", key)
 
 
 class TokenCache:
     """``get(key, fetch)`` returns a fresh token value, fetching it (once per key at a time) if needed."""
 
-    def __init__(self, cache: Cache, *, clock: Clock = time.time, refresh_margin: float = 60.0) -> None:
+    def __init__(
+        self,
+        cache: Cache,
+        *,
+        clock: Clock = time.time,
+        refresh_margin: float = 60.0,
+        lock_seconds: float = LOCK_SECONDS,
+    ) -> None:
         self.cache = cache
         self.clock = clock
         self.refresh_margin = refresh_margin
         self._flights: dict[str, asyncio.Future[str]] = {}
+        self.lock_seconds = lock_seconds
+        """Bounds the wait for another replica's fetch (and how long a crashed fetcher blocks others)."""
 
     async def get(self, key: str, fetch: Fetch) -> str:
         if (token := await self._fresh(key)) is not None:
@@ -56,6 +75,22 @@ class TokenCache:
         # Another replica, or a flight that landed while this caller read the cache, may have stored one.
         if (token := await self._fresh(key)) is not None:
             return token
+        held = False
+        try:
+            async with self.cache.lock(f"{key}:fetch", hold_seconds=self.lock_seconds, on_wait=_waiting(key)):
+                held = True
+                # The holder before us (another replica) has stored its token by now.
+                if (token := await self._fresh(key)) is not None:
+                    return token
+                return await self._fetch_and_store(key, fetch)
+        except TimeoutError:
+            if held:
+                raise
+        # The holder is stuck or gone: one extra fetch beats a failed call.
+        logger.warning("token fetch lock for %s not released in %gs; fetching", key, self.lock_seconds)
+        return await self._fetch_and_store(key, fetch)
+
+    async def _fetch_and_store(self, key: str, fetch: Fetch) -> str:
         access = await fetch()
         now = self.clock()
         margin = min(self.refresh_margin, access.expires_in / 2)

@@ -1,0 +1,85 @@
+"""The queue of background responses: SAQ on Redis, one job per response, keyed by its id.
+
+A job carries two ids (organisation and response), nothing else: the request is in the database.
+The job's key is the response id, so enqueueing twice is harmless and any replica can abort it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from saq.job import Job, Status
+from saq.queue.redis import RedisQueue
+
+from hatchway.config.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+RUN_RESPONSE = "run_response"
+"""The one job function (see ``jobs/worker.py``)."""
+_FINISHED_JOB_TTL_SECONDS = 600
+_OPEN = (Status.NEW, Status.QUEUED, Status.ACTIVE)
+
+
+def queue_name(settings: Settings) -> str:
+    return f"{settings.redis_prefix}responses"
+
+
+class ResponseQueue:
+    """Enqueue, abort and inspect background-response jobs; ``queue`` is the SAQ queue workers use."""
+
+    def __init__(self, settings: Settings) -> None:
+        assert settings.redis_url, "the job queue needs redis_url"
+        self.settings = settings.background
+        self.queue = RedisQueue.from_url(settings.redis_url, name=queue_name(settings))
+        # A run is bounded by the loop deadline; SAQ's own timeout is only a backstop past it.
+        self._timeout = math.ceil(settings.loop_deadline_seconds + 2 * settings.response_lease_seconds) + 60
+        self._connected = False
+
+    async def connect(self) -> None:
+        if not self._connected:
+            await self.queue.connect()
+            self._connected = True
+
+    async def enqueue(self, org_id: str, response_id: str) -> None:
+        """Queue the run of a stored ``queued`` response."""
+        await self.connect()
+        await self.queue.enqueue(
+            RUN_RESPONSE,
+            key=response_id,
+            org_id=org_id,
+            response_id=response_id,
+            timeout=self._timeout,
+            heartbeat=self.settings.heartbeat_seconds,
+            retries=self.settings.max_attempts,
+            ttl=_FINISHED_JOB_TTL_SECONDS,
+        )
+
+    async def abort(self, response_id: str) -> bool:
+        """Take a queued job off the queue, or tell the worker running it to stop; False if none is open."""
+        job = await self.job(response_id)
+        if job is None or job.status not in _OPEN:
+            return False
+        await job.abort("cancelled")
+        return True
+
+    async def job(self, response_id: str) -> Job | None:
+        """The job of ``response_id`` as SAQ stores it (for health checks and tests)."""
+        await self.connect()
+        return await self.queue.job(response_id)
+
+    async def workers(self) -> int:
+        """How many workers (replicas and ``hatchway worker`` processes) reported in lately."""
+        await self.connect()
+        return len((await self.queue.info())["workers"])
+
+    async def ping(self) -> None:
+        await self.queue.redis.ping()
+
+    async def close(self) -> None:
+        try:
+            await self.queue.disconnect()
+        except Exception as exc:  # Redis gone: SAQ's unsubscribe cannot reach it; drop the connections
+            logger.info("job queue: closing without Redis (%s)", type(exc).__name__)
+            await self.queue.redis.connection_pool.disconnect()

@@ -1,0 +1,97 @@
+"""Runs background-response jobs: an SAQ worker inside ``hatchway serve`` or ``hatchway worker``.
+
+While a run lasts, its job is touched every quarter of ``background.heartbeat_seconds``; a job
+whose worker died stops being touched, and the next sweep (any worker's) retries it or, after
+``background.max_attempts`` takes, gives it up. What a retry does is the run's business
+(``api/responses_queue.py``): a response still ``queued`` is run; one that had started is never
+run twice — its lease lapses and it ends ``failed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from saq import Worker
+from saq.job import Job
+
+from hatchway.config.background import BackgroundSettings
+from hatchway.jobs.queue import RUN_RESPONSE, ResponseQueue
+
+logger = logging.getLogger(__name__)
+
+RunQueued = Callable[[str, str], Awaitable[None]]
+"""``run(org_id, response_id)``: run one queued response to its end (or return if it is not queued)."""
+
+
+class _HostedWorker(Worker):  # type: ignore[type-arg]
+    SIGNALS = []  # noqa: RUF012 - the host process (uvicorn, the CLI) owns SIGINT/SIGTERM
+
+
+class ResponseWorker:
+    """Takes jobs off the queue, ``concurrency`` at a time, and runs them with ``run``."""
+
+    def __init__(
+        self,
+        queue: ResponseQueue,
+        run: RunQueued,
+        *,
+        concurrency: int,
+        settings: BackgroundSettings,
+        worker_id: str,
+    ) -> None:
+        self.queue = queue
+        self._run = run
+        self._beat = max(settings.heartbeat_seconds / 4, 0.25)
+        self.worker = _HostedWorker(
+            queue.queue,
+            [(RUN_RESPONSE, self._job)],
+            id=worker_id,
+            concurrency=concurrency,
+            timers={"sweep": settings.sweep_seconds, "abort": 1, "schedule": 1, "worker_info": 5},
+            dequeue_timeout=1.0,  # an idle slot re-checks for shutdown every second
+            shutdown_grace_period_s=settings.shutdown_grace_seconds,
+        )
+
+    async def run(self) -> None:
+        """Work until ``stop()`` or cancellation (which stops the same way)."""
+        await self.queue.connect()
+        working = asyncio.create_task(self.worker.start(), name="saq:worker")
+        try:
+            await asyncio.shield(working)
+        except asyncio.CancelledError:
+            await self.stop()
+            await working
+            raise
+
+    async def stop(self) -> None:
+        """Stop taking jobs; running ones get the shutdown grace period, then are cancelled."""
+        # SAQ's stop waits for every task, its upkeep loops too, each up to its own interval (the
+        # sweep's: seconds). They have nothing to finish: end them now (with the stop flag set, so
+        # they take the cancellation as shutdown), and leave the grace period to running jobs.
+        self.worker.event.set()
+        for task in list(self.worker.tasks):
+            if task.get_name() != "process":
+                task.cancel()
+        await self.worker.stop()
+
+    async def _job(self, ctx: dict[str, Any], *, org_id: str, response_id: str) -> None:
+        job: Job = ctx["job"]
+        heartbeat = asyncio.create_task(self._heartbeat(job), name=f"heartbeat:{response_id}")
+        try:
+            await self._run(org_id, response_id)
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+
+    async def _heartbeat(self, job: Job) -> None:
+        while True:
+            await asyncio.sleep(self._beat)
+            try:
+                await job.update()
+            except Exception:  # a Redis hiccup: the next beat tries again (the sweep allows for a few)
+                logger.warning("could not touch job %s", job.key, exc_info=True)
