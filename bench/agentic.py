@@ -5,6 +5,10 @@ exactly the model latency, and MCP tools (official SDK) that take exactly the to
 
     gateway overhead = total − Σ model time − Σ tool time (tools of one round run in parallel)
 
+Model time is the upstream's fixed latency; tool time is ``tools/call`` measured alone first, from
+the official MCP client on an open session (p50): the MCP server's own cost (the SDK's streamable
+HTTP server takes a few ms beyond its sleep) is not the gateway's.
+
 - ``tools-N`` (N = 1, 3): N rounds of one MCP tool call, then an answer (N + 1 model calls);
 - ``fanout-8``: one round of 8 calls of a 200 ms tool at once (ideal: the round takes 200 ms);
 - ``agent:fan``: the parent asks for 8 hosted ``spawn_subagent`` calls at once; each child is one
@@ -39,6 +43,28 @@ class Latencies:
     tool_ms: float
     fan_tool_ms: float
     child_ms: float
+
+
+async def _mcp_calls(url: str, n: int) -> list[float]:
+    from mcp import Client
+
+    out = []
+    async with Client(url) as client:
+        for i in range(n + 5):
+            started = time.perf_counter()
+            await client.call_tool("lookup", {"q": "x"})
+            if i >= 5:
+                out.append((time.perf_counter() - started) * 1000)
+    return out
+
+
+def direct_times(model_url: str, mcp_url: str, n: int) -> dict[str, dict[str, float]]:
+    """The model call alone (the scripted upstream, model ``plain``) and the MCP tool call alone."""
+    import asyncio
+
+    with httpx.Client(timeout=30) as client:
+        model, _ = _timed(client, model_url, _chat("plain"), n, 10)
+    return {"model_call": summary(model), "tool_call": summary(asyncio.run(_mcp_calls(mcp_url, n)))}
 
 
 def _timed(client: httpx.Client, url: str, body: dict, n: int, warmup: int) -> tuple[list[float], dict]:

@@ -147,10 +147,18 @@ def _agentic_table(results: dict[str, Any]) -> list[str]:
     if not agentic:
         return []
     s = results["settings"]
+    direct = results.get("agentic_direct", {})
+    measured = ""
+    if direct:
+        measured = (
+            f" Measured alone (p50): model call {direct['model_call']['p50']:.2f} ms (httpx client; the "
+            f"fixed {s['model_latency_ms']:g} ms is what is subtracted), MCP tools/call "
+            f"{direct['tool_call']['p50']:.2f} ms (official client, open session; subtracted as tool time)."
+        )
     lines = [
         f"Agent loop, one request at a time; model latency {s['model_latency_ms']:g} ms per call, MCP tool "
         f"{s['tool_latency_ms']:g} ms (fan-out tools 200 ms, subagent children 500 ms). "
-        "Overhead = total − model time − tool time.",
+        f"Overhead = total − model time − tool time.{measured}",
         "",
         _row(
             ["case", "gateway", "total p50 ms", "overhead p50 ms", "overhead p99 ms", "per tool round p50 ms"]
