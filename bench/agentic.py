@@ -29,12 +29,16 @@ import httpx
 
 from bench.common import summary
 
-LITELLM_MCP_TOOL = {
-    "type": "mcp",
-    "server_label": "litellm",
-    "server_url": "litellm_proxy",
-    "require_approval": "never",
-}
+
+def litellm_mcp_tool(server: str) -> dict[str, str]:
+    """LiteLLM's MCP gateway as a Responses API tool, narrowed to one of its ``mcp_servers`` (as a
+    Hatchway plugin binds one server): ``litellm_proxy`` alone would list every server's tools."""
+    return {
+        "type": "mcp",
+        "server_label": "litellm",
+        "server_url": f"litellm_proxy/mcp/{server}",
+        "require_approval": "never",
+    }
 
 
 @dataclass
@@ -107,7 +111,7 @@ def hatchway(base: str, key: str, lat: Latencies, n: int, fan_n: int) -> dict[st
                 "per_round_p50": overhead["p50"] / rounds,
                 "per_round_p99": overhead["p99"] / rounds,
             }
-        samples, _ = _timed(client, "/v1/responses", _responses("tools-1", mcp=False), n, 10)
+        samples, _ = _timed(client, "/v1/responses", _responses("tools-1"), n, 10)
         out["responses_tools_1"] = {
             "total": summary(samples),
             "overhead": _overhead(samples, 2 * lat.model_ms + lat.tool_ms),
@@ -124,16 +128,16 @@ def litellm(base: str, key: str, lat: Latencies, n: int, fan_n: int) -> dict[str
     headers = {"authorization": f"Bearer {key}"}
     out: dict[str, object] = {}
     with httpx.Client(base_url=base, headers=headers, timeout=60) as client:
-        samples, _ = _timed(client, "/v1/responses", _responses("plain", mcp=False), n, 10)
+        samples, _ = _timed(client, "/v1/responses", _responses("plain"), n, 10)
         out["plain_responses"] = {"total": summary(samples), "overhead": _overhead(samples, lat.model_ms)}
-        samples, last = _timed(client, "/v1/responses", _responses("tools-1", mcp=True), n, 10)
+        samples, last = _timed(client, "/v1/responses", _responses("tools-1", mcp="bench"), n, 10)
         out["responses_tools_1"] = {
             "total": summary(samples),
             "overhead": _overhead(samples, 2 * lat.model_ms + lat.tool_ms),
             "per_round_p50": summary(samples)["p50"] - 2 * lat.model_ms - lat.tool_ms,
             "unexecuted_calls_returned": _function_calls_left(last),
         }
-        response = client.post("/v1/responses", json=_responses("tools-3", mcp=True))
+        response = client.post("/v1/responses", json=_responses("tools-3", mcp="bench"))
         left = _function_calls_left(response.json()) if response.status_code == 200 else None
         out["responses_tools_3"] = {
             "supported": response.status_code == 200 and left == 0,
@@ -141,7 +145,8 @@ def litellm(base: str, key: str, lat: Latencies, n: int, fan_n: int) -> dict[str
             "unexecuted_calls_returned": left,
             "note": "runs one tool round, then returns the model's next tool call to the client unexecuted",
         }
-        samples, last = _timed(client, "/v1/responses", _responses("fanout-8", mcp=True), min(fan_n, 5), 1)
+        fanout = _responses("fanout-8", mcp="fan")
+        samples, last = _timed(client, "/v1/responses", fanout, min(fan_n, 5), 1)
         executed = _executed_results(last)
         out["fanout_8"] = {**_round_wall(samples, lat.model_ms, lat.fan_tool_ms), "tools_executed": executed}
     out["subagents_8"] = {"supported": False, "note": "no hosted subagents"}
@@ -171,8 +176,8 @@ def _chat(model: str) -> dict:
     return {"model": model, "messages": [{"role": "user", "content": "look it up"}]}
 
 
-def _responses(model: str, *, mcp: bool) -> dict:
+def _responses(model: str, *, mcp: str | None = None) -> dict:
     body: dict = {"model": model, "input": "look it up"}
     if mcp:
-        body["tools"] = [LITELLM_MCP_TOOL]
+        body["tools"] = [litellm_mcp_tool(mcp)]
     return body
