@@ -111,6 +111,10 @@ def hatchway(base: str, key: str, lat: Latencies, n: int, fan_n: int) -> dict[st
                 "per_round_p50": overhead["p50"] / rounds,
                 "per_round_p99": overhead["p99"] / rounds,
             }
+        # each further round: what 3 rounds cost beyond 1, per added round
+        out["marginal_round_p50"] = (
+            out["tools_3"]["overhead"]["p50"] - out["tools_1"]["overhead"]["p50"]
+        ) / 2
         samples, _ = _timed(client, "/v1/responses", _responses("tools-1"), n, 10)
         out["responses_tools_1"] = {
             "total": summary(samples),

@@ -63,7 +63,8 @@ def judge(results: dict[str, Any]) -> list[dict[str, Any]]:
         per = max(hagent["tools_1"]["per_round_p50"], hagent["tools_3"]["per_round_p50"])
         shown = (
             f"{hagent['tools_1']['per_round_p50']:.2f} ms (1 round), "
-            f"{hagent['tools_3']['per_round_p50']:.2f} ms (3 rounds), p50"
+            f"{hagent['tools_3']['per_round_p50']:.2f} ms (3 rounds), p50, whole overhead ÷ rounds; "
+            f"each further round {hagent['marginal_round_p50']:.2f} ms"
         )
         checks.append(_check("≤ 3 ms gateway overhead per tool round", per <= 3.0, shown))
         fan = hagent["fanout_8"]["round_wall"]["p50"]
