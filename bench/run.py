@@ -202,6 +202,14 @@ def measure(stack: Stack, args: argparse.Namespace, results: dict[str, Any]) -> 
     http_clients.print_table(results["http_clients"])
 
 
+def _command() -> str:
+    """How this run was started: `make bench` when the Makefile ran it (it exports MAKELEVEL)."""
+    args = shlex.join(sys.argv[1:])
+    if os.environ.get("MAKELEVEL"):
+        return f"make bench BENCH_ARGS='{args}'" if args else "make bench"
+    return shlex.join(["python", "bench/run.py", *sys.argv[1:]])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -224,7 +232,7 @@ def main() -> None:
     litellm_version = None if args.skip_litellm else ensure_litellm()
     results: dict[str, Any] = {
         "started": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "command": shlex.join(["python", "bench/run.py", *sys.argv[1:]]),
+        "command": _command(),
         "machine": machine(litellm_version, wrk_version),
         "settings": {
             "latency_ms": args.latency_ms,
