@@ -23,8 +23,10 @@ run: venv
 demo: venv
 	$(BIN)/python -m hatchway.demo $(DEMO_ARGS)
 
+# Hatchway vs direct vs LiteLLM (bench/run.py; LiteLLM gets its own venv under bench/ on first run).
 bench: venv
-	$(BIN)/python bench/run.py
+	@$(BIN)/python -c "import matplotlib" 2>/dev/null || $(BIN)/pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 lint: venv
 	$(BIN)/ruff check src tests bench

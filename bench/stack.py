@@ -1,0 +1,279 @@
+"""The processes `make bench` measures, each on its own loopback port: upstreams, MCP tool servers,
+Hatchway (`hatchway serve`, one worker, SQLite) and LiteLLM's proxy (its own venv, one worker).
+
+Every process is started with its stdout/stderr in a log file of the run's temp directory, and its
+peak resident memory (VmHWM of the process and its children, from /proc) can be read while it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from bench.common import ROOT, free_port, wait_http
+from bench.passthrough import _key
+
+BENCH = ROOT / "bench"
+LITELLM_VERSION = "1.108.7"
+LITELLM_VENV = BENCH / ".litellm-venv"
+LITELLM_KEY = "sk-bench-litellm"
+
+
+@dataclass
+class Server:
+    name: str
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def pids(self) -> list[int]:
+        """The process and all its descendants."""
+        out, todo = [], [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            out.append(pid)
+            for task in Path(f"/proc/{pid}/task").glob("*"):
+                with contextlib.suppress(OSError):
+                    todo.extend(int(c) for c in (task / "children").read_text().split())
+        return out
+
+    def peak_rss_mib(self) -> float:
+        """Σ VmHWM (peak resident set) over the process and its children, in MiB."""
+        total_kib = 0
+        for pid in self.pids():
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        total_kib += int(line.split()[1])
+        return total_kib / 1024
+
+    def cpu_seconds(self) -> float:
+        """user + system CPU time used so far by the process and its children."""
+        ticks = os.sysconf("SC_CLK_TCK")
+        total = 0
+        for pid in self.pids():
+            with contextlib.suppress(OSError):
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])  # utime, stime
+        return total / ticks
+
+
+@dataclass
+class Stack:
+    tmp: Path
+    servers: dict[str, Server] = field(default_factory=dict)
+    hatchway_key: str = ""
+    _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+
+    def start(
+        self,
+        name: str,
+        args: list[str],
+        *,
+        port: int,
+        health: str,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float = 60.0,
+    ) -> Server:
+        log = self.tmp / f"{name}.log"
+        handle = self._stack.enter_context(log.open("wb"))
+        proc = subprocess.Popen(
+            args, cwd=cwd or self.tmp, env=env or _env(), stdout=handle, stderr=subprocess.STDOUT
+        )
+        self._stack.callback(_stop, proc)
+        server = Server(name, proc, port, log)
+        try:
+            _wait_up(server, health, timeout)
+        except Exception:
+            sys.stderr.write(log.read_text(errors="replace")[-3000:])
+            raise
+        self.servers[name] = server
+        return server
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _wait_up(server: Server, health: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while server.proc.poll() is None:
+        try:
+            wait_http(f"{server.base}{health}", timeout=min(1.0, max(0.1, deadline - time.monotonic())))
+            return
+        except TimeoutError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{server.name} did not come up in {timeout:.0f}s") from None
+    raise RuntimeError(f"{server.name} exited with {server.proc.returncode} (log: {server.log})")
+
+
+# -- the fixed-latency upstreams and MCP tool servers ---------------------------------------------
+
+
+def start_upstream(stack: Stack, name: str, latency_ms: float) -> Server:
+    port = free_port()
+    args = [sys.executable, str(BENCH / "upstream.py"), "--port", str(port), "--latency-ms", str(latency_ms)]
+    return stack.start(name, args, port=port, health="/")
+
+
+def start_rounds_upstream(stack: Stack, latency_ms: float, child_latency_ms: float) -> Server:
+    port = free_port()
+    script = str(BENCH / "rounds_upstream.py")
+    args = [sys.executable, script, "--port", str(port), "--latency-ms", str(latency_ms)]
+    args += ["--child-latency-ms", str(child_latency_ms)]
+    return stack.start("rounds-upstream", args, port=port, health="/")
+
+
+def start_mcp_tool(stack: Stack, name: str, latency_ms: float) -> Server:
+    port = free_port()
+    script = str(BENCH / "mcp_tool_server.py")
+    args = [sys.executable, script, "--port", str(port), "--latency-ms", str(latency_ms)]
+    return stack.start(name, args, port=port, health="/mcp")
+
+
+# -- Hatchway -------------------------------------------------------------------------------------
+
+AGENTIC_MODELS = ("plain", "tools-1", "tools-3", "fanout-8", "subagents-8")
+
+
+def start_hatchway(stack: Stack, upstream: Server, rounds: Server | None, mcp: dict[str, Server]) -> Server:
+    """One `hatchway serve` for everything: model ``bench`` passes through to the fixed-latency
+    upstream; ``tools-N`` and ``fanout-8`` run MCP tool rounds (routing rules bind the plugins);
+    agent ``fan`` (model ``agent:fan``) gets the hosted ``spawn_subagent``."""
+    db_url = f"sqlite+aiosqlite:///{stack.tmp / 'hatchway.db'}"
+    providers = [{"id": "up", "base_url": f"{upstream.base}/v1"}]
+    models = [{"name": "bench", "provider": "up", "upstream_model": "bench-model"}]
+    config: dict[str, object] = {"database_url": db_url, "providers": providers, "models": models}
+    if rounds is not None:
+        providers.append({"id": "rounds", "base_url": f"{rounds.base}/v1"})
+        models += [{"name": m, "provider": "rounds", "upstream_model": m} for m in AGENTIC_MODELS]
+        for plugin, server in (
+            ("plugin-rounds.yaml", mcp["mcp-20ms"]),
+            ("plugin-fan.yaml", mcp["mcp-200ms"]),
+        ):
+            body = {
+                "version": "1",
+                "mcp_servers": [{"id": "bench", "url": f"{server.base}/mcp", "tools": ["lookup"]}],
+                "agent": {"max_rounds": 8},
+            }
+            (stack.tmp / plugin).write_text(yaml.safe_dump(body))
+        config["routing_rules"] = [
+            {"name": "rounds", "match": {"model": "tools-*"}, "plugin": "plugin-rounds.yaml"},
+            {"name": "fan", "match": {"model": "fanout-*"}, "plugin": "plugin-fan.yaml"},
+        ]
+        config["agents"] = [
+            {
+                "name": "fan",
+                "model": "subagents-8",
+                "subagents": {"enabled": True, "max_concurrent": 8, "max_depth": 1},
+            }
+        ]
+    path = stack.tmp / "hatchway.yaml"
+    path.write_text(yaml.safe_dump(config))
+    stack.hatchway_key = asyncio.run(_key(db_url))
+    port = free_port()
+    args = [sys.executable, "-m", "hatchway", "serve", "--config", str(path), "--port", str(port)]
+    args += ["--log-level", "warning"]
+    return stack.start("hatchway", args, port=port, health="/healthz")
+
+
+# -- LiteLLM --------------------------------------------------------------------------------------
+
+
+def litellm_bin() -> Path:
+    return LITELLM_VENV / "bin" / "litellm"
+
+
+def ensure_litellm() -> str:
+    """Create bench/.litellm-venv with litellm[proxy] on first use (pip shows its progress);
+    return the installed version."""
+    python = LITELLM_VENV / "bin" / "python"
+    if not litellm_bin().exists():
+        print(
+            f"installing litellm[proxy]=={LITELLM_VERSION} into {LITELLM_VENV} (first run only)…", flush=True
+        )
+        subprocess.run([sys.executable, "-m", "venv", str(LITELLM_VENV)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--upgrade", "pip"], check=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", f"litellm[proxy]=={LITELLM_VERSION}"], check=True
+        )
+    out = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('litellm'))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return out.stdout.strip()
+
+
+def start_litellm(stack: Stack, upstream: Server, rounds: Server | None, mcp: dict[str, Server]) -> Server:
+    """LiteLLM's proxy, one worker, no database: model ``bench`` passes through to the same
+    upstream; ``tools-N`` go to the scripted upstream (LiteLLM sends a Responses API request on as
+    one to an ``openai/`` model), with the 20 ms MCP tool server as ``mcp_servers.bench`` and the
+    200 ms one as ``mcp_servers.fan``."""
+
+    def entry(name: str, server: Server, upstream_model: str) -> dict[str, object]:
+        params = {"model": f"openai/{upstream_model}", "api_base": f"{server.base}/v1", "api_key": "sk-up"}
+        return {"model_name": name, "litellm_params": params}
+
+    model_list = [entry("bench", upstream, "bench-model")]
+    config: dict[str, object] = {
+        "model_list": model_list,
+        "general_settings": {"master_key": LITELLM_KEY},
+        "litellm_settings": {"telemetry": False, "drop_params": True},
+    }
+    if rounds is not None:
+        model_list += [entry(m, rounds, m) for m in ("plain", "tools-1", "tools-3", "fanout-8")]
+        config["mcp_servers"] = {
+            "bench": {"url": f"{mcp['mcp-20ms'].base}/mcp", "transport": "http"},
+            "fan": {"url": f"{mcp['mcp-200ms'].base}/mcp", "transport": "http"},
+        }
+    path = stack.tmp / "litellm.yaml"
+    path.write_text(yaml.safe_dump(config))
+    port = free_port()
+    env = {
+        **os.environ,
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no fetch of the model price list at start
+        "LITELLM_TELEMETRY": "False",
+        "LITELLM_LOG": "ERROR",
+        "DISABLE_SCHEMA_UPDATE": "True",
+    }
+    env.pop("DATABASE_URL", None)
+    args = [str(litellm_bin()), "--config", str(path), "--host", "127.0.0.1", "--port", str(port)]
+    args += ["--num_workers", "1"]
+    return stack.start("litellm", args, port=port, health="/health/liveliness", env=env, timeout=180)
+
+
+@contextlib.contextmanager
+def running(tmp: Path) -> Iterator[Stack]:
+    stack = Stack(tmp)
+    try:
+        yield stack
+    finally:
+        stack.close()
