@@ -127,7 +127,7 @@ def test_tool_call_parallel_false_runs_the_calls_one_after_the_other(
     assert all(later[0] >= earlier[1] for earlier, later in itertools.pairwise(spans))
 
 
-def test_max_rounds_returns_the_last_model_response_flagged(
+def test_max_rounds_runs_the_last_rounds_tools_then_returns_that_response_flagged(
     mcp_server_factory: Callable[..., McpTestServer], gateway_factory, llm: ScriptedLLM, tmp_path: Path
 ) -> None:
     server = mcp_server_factory("s")
@@ -136,18 +136,41 @@ def test_max_rounds_returns_the_last_model_response_flagged(
     )
     llm.handler = lambda body: Reply(
         text=f"still digging ({len(tool_messages(body))} results so far)",
-        tool_calls=[("s__echo", {"text": "more"})],
+        tool_calls=[("s__echo", {"text": f"more {len(tool_messages(body))}"})],
     )
 
     raw = gateway.client().chat.completions.with_raw_response.create(model="gpt-4o", messages=USER)
     completion = raw.parse()
 
+    # Seed 004: execute the tools, then "Round < max_rounds?" — no: return the last model response.
     assert completion.choices[0].message.content == "still digging (1 results so far)"
+    assert completion.choices[0].message.tool_calls is None
     assert completion.choices[0].finish_reason == "max_rounds"
     assert raw.headers["x-hatchway-max-rounds-hit"] == "true" and raw.headers["x-hatchway-rounds"] == "2"
-    assert len(llm.requests) == 2 and server.tool_calls("echo") == 1
+    assert len(llm.requests) == 2 and server.tool_calls("echo") == 2
     record = log_of(gateway, raw.headers["x-hatchway-request-id"])
     assert record["max_rounds_hit"] and record["rounds"] == 2
+    assert [(s["round"], s["outcome"]) for s in tool_steps(record)] == [(1, "ok"), (2, "ok")]
+
+
+def test_max_rounds_in_a_response_leaves_no_call_unrun(
+    mcp_server_factory: Callable[..., McpTestServer], gateway_factory, llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    server = mcp_server_factory("s")
+    gateway = gateway_factory(
+        **rule_for(tmp_path, {"mcp_servers": [{"id": "s", "url": server.url}], "agent": {"max_rounds": 2}})
+    )
+    llm.handler = lambda body: Reply(tool_calls=[("s__echo", {"text": f"n{len(tool_messages(body))}"})])
+
+    response = gateway.client().responses.create(model="gpt-4o", input="go")
+
+    assert response.status == "incomplete" and response.incomplete_details.reason == "max_messages"
+    calls = [item for item in response.output if item.type == "mcp_call"]
+    assert [(json.loads(c.arguments), c.output, c.error) for c in calls] == [
+        ({"text": "n0"}, "echo:n0", None),
+        ({"text": "n1"}, "echo:n1", None),
+    ]
+    assert len(llm.requests) == 2 and server.tool_calls("echo") == 2
 
 
 def test_the_loop_deadline_ends_the_run_with_finish_reason_timeout(

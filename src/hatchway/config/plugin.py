@@ -252,7 +252,8 @@ class PluginAgentConfig(_PluginModel):
     """The agent loop settings of a plugin."""
 
     max_rounds: Annotated[int, Field(ge=1, le=100)] = 10
-    """Model rounds before the loop stops and returns the last response (``finish_reason: "max_rounds"``)."""
+    """Model rounds before the loop stops: the last round's tool calls run, then that round's model
+    response is returned (``finish_reason: "max_rounds"``)."""
     stream_mode: Literal["final_only", "disabled"] = "final_only"
     """``final_only``: tool rounds are not streamed, the answer is; ``disabled``: the answer is sent
     as one chunk at the end."""

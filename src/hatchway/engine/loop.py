@@ -139,16 +139,9 @@ class AgentLoop:
         result = RunResult()
         conversation = list(items)
         specs = await self.router.prepare(ctx)
-        for toolset in self.router.toolsets:
-            preamble = await toolset.before_run(conversation, ctx)
-            if preamble is None:
-                continue
-            conversation.extend(preamble.items)
-            result.new_items.extend(preamble.items)
-            if preamble.answer is not None:
-                self._finish_with_message(result, preamble.answer, "stop")
-                yield RunFinished(result)
-                return
+        if await self._preamble(conversation, result, ctx):
+            yield RunFinished(result)
+            return
 
         while True:
             result.rounds += 1
@@ -176,13 +169,10 @@ class AgentLoop:
             result.last_response = response
             self._append_response(response, conversation, result)
 
-            step = self._decide(response, result)
-            if isinstance(step, NextStepFinalOutput | NextStepMaxRounds):
+            step = self._decide(response)
+            if isinstance(step, NextStepFinalOutput):
                 result.text = response.text
-                result.finish_reason = (
-                    response.finish_reason if isinstance(step, NextStepFinalOutput) else "max_rounds"
-                )
-                result.max_rounds_hit = isinstance(step, NextStepMaxRounds)
+                result.finish_reason = response.finish_reason
                 yield RunFinished(result)
                 return
 
@@ -208,6 +198,25 @@ class AgentLoop:
                 self._finish_with_message(result, interruption.message, "stop")
                 yield RunFinished(result)
                 return
+            if isinstance(self._after_tools(result), NextStepMaxRounds):
+                result.text = response.text
+                result.finish_reason = "max_rounds"
+                result.max_rounds_hit = True
+                yield RunFinished(result)
+                return
+
+    async def _preamble(self, conversation: list[Item], result: RunResult, ctx: RunContext) -> bool:
+        """The toolsets' items before the first round; True when one of them already answered."""
+        for toolset in self.router.toolsets:
+            preamble = await toolset.before_run(conversation, ctx)
+            if preamble is None:
+                continue
+            conversation.extend(preamble.items)
+            result.new_items.extend(preamble.items)
+            if preamble.answer is not None:
+                self._finish_with_message(result, preamble.answer, "stop")
+                return True
+        return False
 
     # -- one round -------------------------------------------------------------------------------
 
@@ -252,16 +261,23 @@ class AgentLoop:
         conversation.extend(new)
         result.new_items.extend(new)
 
-    def _decide(self, response: ModelResponse, result: RunResult) -> NextStep:
+    def _decide(self, response: ModelResponse) -> NextStep:
         if not response.tool_calls:
             return NextStepFinalOutput()
         client = [c for c in response.tool_calls if self.router.is_client_call(c)]
         server = [c for c in response.tool_calls if not self.router.is_client_call(c)]
         if client:
             return NextStepPauseForClient(client_calls=client, server_calls=server)
-        if result.rounds >= self.settings.max_rounds:
-            return NextStepMaxRounds()
         return NextStepRunTools(calls=server)
+
+    def _after_tools(self, result: RunResult) -> NextStep | None:
+        """After a round's tools ran: another round, or stop at ``max_rounds``.
+
+        The seed's flow runs the round's tool calls first and checks ``round < max_rounds`` after
+        (004: execute → append results → "Round < max_rounds?" → else return the last model
+        response), so the last round's calls are executed and recorded, never left dangling.
+        """
+        return NextStepMaxRounds() if result.rounds >= self.settings.max_rounds else None
 
     # -- tools ----------------------------------------------------------------------------------
 
