@@ -113,7 +113,7 @@ class VaultCredentials:
             lambda: self._fetch_token(server, secret, ctx, trusted=trusted),
             org_id=ctx.org_id,
         )
-        ctx.secret_values.add(token)
+        ctx.add_secret(token)
         return {"Authorization": "Bearer " + header_safe(token, f"{what}: the access token")}
 
     async def invalidate(
@@ -131,7 +131,7 @@ class VaultCredentials:
 
     async def _secret(self, server: Any, ctx: RunContext) -> Secret:
         secret = await self.vault.get(ctx.org_id, secret_name(server))
-        ctx.secret_values.add(secret.value)
+        ctx.add_secret(secret.value)
         return secret
 
     async def _fetch_token(
