@@ -249,6 +249,6 @@ def test_an_unknown_previous_response_over_http_has_the_same_code(api: httpx.Cli
         "/responses", json={"model": "gpt-4o", "input": "x", "previous_response_id": "resp_gone"}
     )
 
-    assert response.status_code == 400
+    assert response.status_code == 404
     assert response.json()["error"]["code"] == "previous_response_not_found"
     assert response.json()["error"]["param"] == "previous_response_id"

@@ -134,16 +134,15 @@ def test_wrong_or_missing_call_id_is_a_400_naming_it(gateway, llm: ScriptedLLM) 
     assert len(llm.requests) == 1  # neither reached the model
 
 
-def test_previous_response_of_another_org_or_unknown_is_a_400(gateway, llm: ScriptedLLM) -> None:
+def test_previous_response_of_another_org_or_unknown_is_404(gateway, llm: ScriptedLLM) -> None:
     llm.reply("mine")
     first = gateway.client().responses.create(model="gpt-4o", input="hi")
     other = gateway.client(gateway.new_org().key)
 
     for client, response_id in ((other, first.id), (gateway.client(), "resp_unknown")):
-        with pytest.raises(openai.BadRequestError) as info:
+        with pytest.raises(openai.NotFoundError) as info:
             client.responses.create(model="gpt-4o", previous_response_id=response_id, input="next")
         assert info.value.body["param"] == "previous_response_id"
-        assert info.value.body["code"] == "previous_response_not_found"
     with pytest.raises(openai.NotFoundError):
         other.responses.retrieve(first.id)
 

