@@ -127,7 +127,7 @@ def test_tool_call_parallel_false_runs_the_calls_one_after_the_other(
     assert all(later[0] >= earlier[1] for earlier, later in itertools.pairwise(spans))
 
 
-def test_max_rounds_returns_the_last_model_response_flagged(
+def test_max_rounds_runs_the_last_rounds_tools_then_returns_that_response_flagged(
     mcp_server_factory: Callable[..., McpTestServer], gateway_factory, llm: ScriptedLLM, tmp_path: Path
 ) -> None:
     server = mcp_server_factory("s")
@@ -136,18 +136,41 @@ def test_max_rounds_returns_the_last_model_response_flagged(
     )
     llm.handler = lambda body: Reply(
         text=f"still digging ({len(tool_messages(body))} results so far)",
-        tool_calls=[("s__echo", {"text": "more"})],
+        tool_calls=[("s__echo", {"text": f"more {len(tool_messages(body))}"})],
     )
 
     raw = gateway.client().chat.completions.with_raw_response.create(model="gpt-4o", messages=USER)
     completion = raw.parse()
 
+    # Seed 004: execute the tools, then "Round < max_rounds?" — no: return the last model response.
     assert completion.choices[0].message.content == "still digging (1 results so far)"
+    assert completion.choices[0].message.tool_calls is None
     assert completion.choices[0].finish_reason == "max_rounds"
     assert raw.headers["x-hatchway-max-rounds-hit"] == "true" and raw.headers["x-hatchway-rounds"] == "2"
-    assert len(llm.requests) == 2 and server.tool_calls("echo") == 1
+    assert len(llm.requests) == 2 and server.tool_calls("echo") == 2
     record = log_of(gateway, raw.headers["x-hatchway-request-id"])
     assert record["max_rounds_hit"] and record["rounds"] == 2
+    assert [(s["round"], s["outcome"]) for s in tool_steps(record)] == [(1, "ok"), (2, "ok")]
+
+
+def test_max_rounds_in_a_response_leaves_no_call_unrun(
+    mcp_server_factory: Callable[..., McpTestServer], gateway_factory, llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    server = mcp_server_factory("s")
+    gateway = gateway_factory(
+        **rule_for(tmp_path, {"mcp_servers": [{"id": "s", "url": server.url}], "agent": {"max_rounds": 2}})
+    )
+    llm.handler = lambda body: Reply(tool_calls=[("s__echo", {"text": f"n{len(tool_messages(body))}"})])
+
+    response = gateway.client().responses.create(model="gpt-4o", input="go")
+
+    assert response.status == "incomplete" and response.incomplete_details.reason == "max_messages"
+    calls = [item for item in response.output if item.type == "mcp_call"]
+    assert [(json.loads(c.arguments), c.output, c.error) for c in calls] == [
+        ({"text": "n0"}, "echo:n0", None),
+        ({"text": "n1"}, "echo:n1", None),
+    ]
+    assert len(llm.requests) == 2 and server.tool_calls("echo") == 2
 
 
 def test_the_loop_deadline_ends_the_run_with_finish_reason_timeout(
@@ -437,6 +460,61 @@ def test_streaming_final_only_sends_only_the_final_answer(
     ]
     assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens == 3 * 18
     assert server.tool_calls("echo") == 2 and all(r.get("stream") for r in llm.requests)
+
+
+def test_streaming_final_only_holds_text_written_before_a_tool_call(
+    mcp_server_factory: Callable[..., McpTestServer], gateway_factory, llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    server = mcp_server_factory("s")
+    gateway = gateway_factory(**rule_for(tmp_path, {"mcp_servers": [{"id": "s", "url": server.url}]}))
+    final = "Lisbon has about 545,000 people."
+    llm.handler = rounds(
+        Reply(
+            text="thinking… let me look that up.", tool_calls=[("s__echo", {"text": "lisbon"})], chunk_size=4
+        ),
+        Reply(text=final, chunk_size=4),
+    )
+
+    with gateway.client().chat.completions.with_streaming_response.create(
+        model="gpt-4o", messages=USER, stream=True
+    ) as response:
+        log_id = response.headers["x-hatchway-request-id"]
+        chunks = list(response.parse())
+
+    texts = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert "".join(texts) == final and len(texts) > 3  # still streamed in the upstream's pieces
+    assert [c.choices[0].finish_reason for c in chunks if c.choices[0].finish_reason] == ["stop"]
+    # The intermediate step stays visible in the run log.
+    record = log_of(gateway, log_id)
+    assert [(s["type"], s["round"]) for s in record["steps"]] == [
+        ("model_call", 1),
+        ("tool_call", 1),
+        ("model_call", 2),
+    ]
+    assert record["steps"][0]["tool_calls"] == ["s__echo"] and server.tool_calls("echo") == 1
+
+
+def test_a_streamed_response_keeps_the_text_of_its_tool_rounds_in_order(
+    mcp_server_factory: Callable[..., McpTestServer], gateway_factory, llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    server = mcp_server_factory("s")
+    gateway = gateway_factory(**rule_for(tmp_path, {"mcp_servers": [{"id": "s", "url": server.url}]}))
+    llm.handler = rounds(
+        Reply(text="Looking it up.", tool_calls=[("s__echo", {"text": "x"})], chunk_size=4),
+        Reply(text="Found it.", chunk_size=4),
+    )
+
+    with gateway.client().responses.stream(model="gpt-4o", input="go") as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+
+    # A response's output holds the message of its tool round, so its stream carries it too.
+    added = [e.item.type for e in events if e.type == "response.output_item.added"]
+    assert added == ["message", "mcp_call", "message"]
+    done = [e.text for e in events if e.type == "response.output_text.done"]
+    assert done == ["Looking it up.", "Found it."]
+    assert [i.type for i in final.output] == ["message", "mcp_call", "message"]
+    assert final.output[0].content[0].text == "Looking it up."
 
 
 def test_stream_mode_disabled_sends_the_answer_at_once_and_says_so(

@@ -304,3 +304,39 @@ def test_replicas_sharing_redis_share_the_token(
 
     assert len(idp.requests) == 1
     assert set(billing.bearers()) == {idp.issued[0]}
+
+
+@pytest.mark.skipif(not REDIS_URL, reason="Redis not configured: set HATCHWAY_TEST_REDIS_URL")
+def test_the_shared_token_is_sealed_in_redis_and_another_replica_opens_it(
+    secret_scanner: SecretScanner,
+    idp: TokenEndpoint,
+    billing: McpTestServer,
+    gateway_factory: Callable[..., RunningGateway],
+    llm: ScriptedLLM,
+    tmp_path: Path,
+) -> None:
+    import redis
+
+    assert REDIS_URL is not None
+    first = oauth_gateway(gateway_factory, tmp_path, idp, billing, secret_scanner, redis_url=REDIS_URL)
+    # The second replica: its own process state, the same database, master key file and Redis.
+    second = gateway_factory(redis_url=REDIS_URL, routing_rules=first.settings.model_dump()["routing_rules"])
+    second.org = first.org
+    assert second.settings.master_key_file == first.settings.master_key_file
+    secret_scanner.watch_redis(REDIS_URL)
+    llm.handler = rounds(Reply(tool_calls=[("billing__echo", {"text": "r"})]), summarise)
+
+    assert "echo:r" in ask(first, secret_scanner)[0]
+    [token] = idp.issued
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        [key] = client.keys(f"{first.settings.redis_prefix}mcp-oauth:{first.org.org_id}:*")
+        raw = client.get(key)
+    finally:
+        client.close()
+    assert raw is not None and token.encode() not in raw and token.encode().hex().encode() not in raw
+    assert set(json.loads(raw)) == {"sealed", "refresh_at"}
+
+    assert "echo:r" in ask(second, secret_scanner)[0]
+    assert len(idp.requests) == 1, "the second replica opened the cached token instead of fetching one"
+    assert billing.bearers() and set(billing.bearers()) == {token}

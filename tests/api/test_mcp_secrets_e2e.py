@@ -165,3 +165,33 @@ def test_cached_tool_results_in_redis_are_redacted_too(
 
     assert first == second == "Answer from: you sent Bearer [REDACTED]"
     assert tool_steps(record)[0]["cached"] and server.tool_calls("whoami") == 1
+
+
+def test_a_secret_in_tool_arguments_and_results_never_reaches_a_debug_log(
+    secret_scanner: SecretScanner,
+    mcp_server_factory: Callable[..., McpTestServer],
+    gateway_factory: Callable[..., RunningGateway],
+    llm: ScriptedLLM,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    key = f"sk-debug-{uuid.uuid4().hex}"
+    secret_scanner.watch(key)  # it scans every record at DEBUG (root and uvicorn) at teardown
+    server = bearer_server(mcp_server_factory, key)
+    gateway = gateway_factory(**rule_for(tmp_path, search_plugin(server, tools=["whoami", "echo"])))
+    put_secret(gateway, gateway.key, "search_key", key, secret_scanner)
+    # The secret rides a tool argument and comes back in a tool result and an echoed header.
+    llm.handler = rounds(
+        Reply(tool_calls=[("search__echo", {"text": key}), ("search__whoami", {})]), summarise
+    )
+
+    answer, _ = chat(gateway, secret_scanner)
+
+    assert answer == "Answer from: echo:[REDACTED] | you sent Bearer [REDACTED]"
+    sent = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name.startswith("mcp.client") and "'name': 'echo'" in r.getMessage()
+    ]
+    assert sent, "the MCP SDK logged the tools/call at DEBUG"
+    assert all("'text': '[REDACTED]'" in line and key not in line for line in sent)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from hatchway.store.logs import run_links
@@ -167,6 +168,26 @@ def test_streamed_and_background_responses_log_every_round(
     )
     assert record["route"] == "responses"
     assert_two_round_record(record, final_tokens=(11, 7))
+
+
+def test_compact_writes_a_record_like_the_other_endpoints(gateway, llm: ScriptedLLM) -> None:
+    llm.reply("Noted.")
+    llm.reply("The user asked to remember papaya.", prompt_tokens=30, completion_tokens=7)
+    client = gateway.client()
+    first = client.responses.create(model="gpt-4o", input="Remember papaya.")
+
+    raw = client.responses.with_raw_response.compact(model="gpt-4o", previous_response_id=first.id)
+    with pytest.raises(openai.BadRequestError):
+        client.responses.compact(model="gpt-4o", previous_response_id="resp_nowhere")
+
+    record = log_of(gateway, raw.headers["x-hatchway-request-id"])
+    assert record["route"] == "responses.compact" and record["model"] == "gpt-4o"
+    assert record["status"] == "ok" and record["http_status"] == 200
+    assert record["usage"] == {"prompt_tokens": 30, "completion_tokens": 7, "total_tokens": 37}
+    assert record["rounds"] == 1
+    assert [(s["type"], s["outcome"]) for s in record["steps"]] == [("model_call", "ok")]
+    [refused] = [r for r in logs(gateway, status="error").json()["data"] if r["route"] == "responses.compact"]
+    assert refused["http_status"] == 400 and "resp_nowhere" in refused["error"]
 
 
 def test_subagent_children_are_linked_both_ways(gateway_factory, llm: ScriptedLLM) -> None:

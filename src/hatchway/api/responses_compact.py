@@ -19,15 +19,18 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.responses import Response
 
 from hatchway.api.auth import authenticate, gateway_of
+from hatchway.api.context import run_context
 from hatchway.api.errors import parse_json_body, validate_body
 from hatchway.api.responses_items import item_of, wire_message
 from hatchway.api.responses_wire import parse_input
 from hatchway.engine.compaction import COMPACTION_PURPOSE, opened_summary, sealed_payload, summarise
 from hatchway.engine.context import Principal
 from hatchway.engine.items import Usage
-from hatchway.errors import DecryptionError, InvalidRequest, NotFound
+from hatchway.engine.loop import RunResult
+from hatchway.errors import DecryptionError, HatchwayError, InvalidRequest, NotFound
 from hatchway.gateway import Gateway
 from hatchway.ids import new_id
+from hatchway.observability.runlog import RequestTrace
 
 router = APIRouter()
 _ACCEPTED_AND_IGNORED = {
@@ -62,30 +65,62 @@ async def compact_response(
     request: Request, principal: Annotated[Principal, Depends(authenticate)]
 ) -> Response:
     gw = gateway_of(request)
-    body = validate_body(CompactRequest, parse_json_body(await request.body()))
-    history = await stored_conversation(gw, principal.org_id, body.previous_response_id)
-    records = await open_compactions(gw, principal.org_id, [*history, *parse_input(body.input)])
+    ctx = run_context(request, principal, gw.settings.loop_deadline_seconds)
+    trace = RequestTrace("responses.compact", ctx)
+    try:
+        body = validate_body(CompactRequest, parse_json_body(await request.body()))
+        trace.model = body.model
+        payload, result = await _compact(gw, principal.org_id, body)
+    except HatchwayError as exc:
+        gw.log_writer.submit(trace.to_record(http_status=exc.status_code, error=exc.message))
+        raise
+    gw.log_writer.submit(trace.to_record(http_status=200, result=result))
+    return Response(
+        orjson.dumps(payload),
+        media_type="application/json",
+        headers={"x-hatchway-request-id": trace.log_id},
+    )
+
+
+async def _compact(gw: Gateway, org_id: str, body: CompactRequest) -> tuple[dict[str, Any], RunResult]:
+    """The compacted window, and what the run log records of it (the summariser's call and usage)."""
+    history = await stored_conversation(gw, org_id, body.previous_response_id)
+    records = await open_compactions(gw, org_id, [*history, *parse_input(body.input)])
     users = [r for r in records if r["type"] == "message" and r["role"] == "user"]
     rest = [r for r in records if not (r["type"] == "message" and r["role"] == "user")]
-    summary, usage = "", Usage()
+    summary, result = "", RunResult()
     if rest:
         agent = gw.agent(body.model)
+        started, started_at = time.monotonic(), time.time()
         compaction = await summarise(
             gw.models.resolve(agent.model if agent else body.model),
             [item_of(r) for r in rest],
             body.instructions,
         )
-        summary, usage = compaction.summary, compaction.usage
-    sealed = await gw.vault.seal_blob(principal.org_id, sealed_payload(summary), purpose=COMPACTION_PURPOSE)
+        summary = compaction.summary
+        result.rounds = 1
+        result.usage.add(compaction.usage)
+        result.steps.append(
+            {
+                "type": "model_call",
+                "round": 1,
+                "started_at_ms": round(started_at * 1000, 1),
+                "duration_ms": round((time.monotonic() - started) * 1000, 3),
+                "outcome": "ok",
+                "prompt_tokens": compaction.usage.prompt_tokens,
+                "completion_tokens": compaction.usage.completion_tokens,
+            }
+        )
+    sealed = await gw.vault.seal_blob(org_id, sealed_payload(summary), purpose=COMPACTION_PURPOSE)
     item = {"id": new_id("cmp"), "type": "compaction", "encrypted_content": _encode(sealed)}
     payload = {
         "id": new_id("cmpresp"),
         "object": "response.compaction",
         "created_at": int(time.time()),
         "output": [*(wire_message(u) for u in users), item],
-        "usage": _usage(usage),
+        "usage": _usage(result.usage),
     }
-    return Response(orjson.dumps(payload), media_type="application/json")
+    return payload, result
 
 
 async def stored_conversation(

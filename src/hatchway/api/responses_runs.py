@@ -156,6 +156,9 @@ class ResponseRunner:
         trace.plugin_source = plan.plugin_source
         if body.max_tool_calls is not None:
             plan.loop.max_tool_calls = body.max_tool_calls
+        # A response's output keeps the messages of its tool rounds, and its stream shows each
+        # gateway call as an mcp_call item: the text of those rounds streams too, in order.
+        plan.loop.stream_tool_round_text = True
         conversation: list[Item] = [
             Message(role="system", content=text) for text in (plan.instructions, body.instructions) if text
         ]

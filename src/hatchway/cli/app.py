@@ -75,9 +75,15 @@ def as_json(value: Any) -> str:
 
 
 def configure_logging(level: str) -> None:
-    """Hatchway's own log lines (and the job queue's) on stderr at ``level``; uvicorn keeps its own."""
+    """Hatchway's own log lines (and the job queue's) on stderr at ``level``; uvicorn keeps its own.
+
+    Secret values are scrubbed from the MCP SDK's and HTTP clients' lines, which at DEBUG carry
+    tool arguments, results and headers."""
     import logging
 
+    from hatchway.observability.log_redaction import install_log_redaction
+
+    install_log_redaction()
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     for name in ("hatchway", "saq"):

@@ -252,10 +252,11 @@ class PluginAgentConfig(_PluginModel):
     """The agent loop settings of a plugin."""
 
     max_rounds: Annotated[int, Field(ge=1, le=100)] = 10
-    """Model rounds before the loop stops and returns the last response (``finish_reason: "max_rounds"``)."""
+    """Model rounds before the loop stops: the last round's tool calls run, then that round's model
+    response is returned (``finish_reason: "max_rounds"``)."""
     stream_mode: Literal["final_only", "disabled"] = "final_only"
-    """``final_only``: tool rounds are not streamed, the answer is; ``disabled``: the answer is sent
-    as one chunk at the end."""
+    """``final_only``: tool rounds (and text written before a tool call) are not streamed, the answer
+    is; ``disabled``: the answer is sent as one chunk at the end."""
     tool_call_parallel: bool = True
     """Run the tool calls of one round concurrently."""
     tool_cache_ttl_seconds: Annotated[int, Field(ge=0, le=86_400)] = 0

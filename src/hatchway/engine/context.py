@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hatchway.observability.log_redaction import SECRETS
+
 
 @dataclass(slots=True)
 class Principal:
@@ -45,6 +47,12 @@ class RunContext:
     def remaining(self) -> float:
         """Seconds left before the deadline (may be negative)."""
         return self.deadline - time.monotonic()
+
+    def add_secret(self, value: str) -> None:
+        """Remember a secret value the run resolved: scrubbed from what it stores or returns, and
+        from third-party log lines (``observability/log_redaction.py``)."""
+        self.secret_values.add(value)
+        SECRETS.add(value)
 
     def redact(self, text: str) -> str:
         """Replace every known secret value in ``text`` with ``[REDACTED]``."""

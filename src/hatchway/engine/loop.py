@@ -19,7 +19,6 @@ from hatchway.engine.providers.base import (
     ModelResponse,
     StreamDone,
     TextDelta,
-    ToolCallDelta,
 )
 from hatchway.engine.providers.routing import ResolvedModel
 from hatchway.engine.steps import (
@@ -43,6 +42,10 @@ class LoopSettings:
     tool_call_parallel: bool = True
     max_tool_calls: int | None = None
     max_tool_result_chars: int = 20_000
+    stream_tool_round_text: bool = False
+    """Stream the text of every round as it comes, even of rounds that end in gateway tool calls
+    (the Responses API, whose output keeps those messages). False is ``stream_mode: final_only``:
+    a round's text is held until the round's end shows that it is the answer."""
 
 
 @dataclass
@@ -101,6 +104,40 @@ class RunFinished:
 LoopEvent = RoundStarted | OutputTextDelta | ToolCallStarted | ToolCallFinished | RunFinished
 
 
+@dataclass
+class _RoundText:
+    """One model round's streamed text: sent as it comes, or held (``hold``) until the round ends.
+
+    With ``final_only`` the text a model writes before calling a gateway tool ("let me look that
+    up…") is an intermediate step: only the run log keeps it. Whether a round ends in tool calls is
+    known only when its stream ends, so until then its text waits here.
+    """
+
+    round: int
+    hold: bool
+    held: list[str] = field(default_factory=list)
+    response: ModelResponse | None = None
+
+    def add(self, text: str) -> OutputTextDelta | None:
+        if self.hold:
+            self.held.append(text)
+            return None
+        return OutputTextDelta(self.round, text)
+
+    def release(self) -> list[OutputTextDelta]:
+        """The held text, now known to be (part of) what the run returns."""
+        deltas = [OutputTextDelta(self.round, text) for text in self.held]
+        self.held = []
+        return deltas
+
+
+@dataclass
+class _Answer:
+    """Which round's text the run returns (``None``: none, or a message of the gateway's own)."""
+
+    text: _RoundText | None = None
+
+
 class _DeadlinePassed(Exception):
     pass
 
@@ -139,51 +176,52 @@ class AgentLoop:
         result = RunResult()
         conversation = list(items)
         specs = await self.router.prepare(ctx)
-        for toolset in self.router.toolsets:
-            preamble = await toolset.before_run(conversation, ctx)
-            if preamble is None:
-                continue
-            conversation.extend(preamble.items)
-            result.new_items.extend(preamble.items)
-            if preamble.answer is not None:
-                self._finish_with_message(result, preamble.answer, "stop")
-                yield RunFinished(result)
-                return
+        answer = _Answer()
+        if not await self._preamble(conversation, result, ctx):
+            async for event in self._rounds(conversation, specs, result, ctx, answer, stream=stream):
+                yield event
+        for delta in answer.text.release() if answer.text is not None else ():
+            yield delta
+        yield RunFinished(result)
 
+    async def _rounds(
+        self,
+        conversation: list[Item],
+        specs: list[Any],
+        result: RunResult,
+        ctx: RunContext,
+        answer: _Answer,
+        *,
+        stream: bool,
+    ) -> AsyncIterator[LoopEvent]:
+        """Round after round until one ends the run; ``answer`` says whose held text to send."""
+        previous: _RoundText | None = None
         while True:
             result.rounds += 1
             yield RoundStarted(result.rounds)
             request = self._request(conversation, specs, result)
+            current = _RoundText(result.rounds, hold=stream and self._holds_text(request))
             started = time.monotonic()
             try:
-                if stream:
-                    response = None
-                    async for delta in self._stream_model(request, ctx):
-                        if isinstance(delta, StreamDone):
-                            response = delta.response
-                        else:
-                            yield OutputTextDelta(result.rounds, delta.text)
-                    assert response is not None
-                else:
-                    response = await _before_deadline(self.model.provider.request(request), ctx)
+                async for delta in self._model_round(request, ctx, current, stream=stream):
+                    yield delta
             except _DeadlinePassed:
                 result.steps.append(_model_step(result.rounds, started, None, "timeout"))
                 self._finish_timeout(result)
-                yield RunFinished(result)
+                answer.text = previous  # the timeout returns the last complete response's text
                 return
+            response = current.response
+            assert response is not None
             result.steps.append(_model_step(result.rounds, started, response, "ok"))
             result.usage.add(response.usage)
             result.last_response = response
             self._append_response(response, conversation, result)
 
-            step = self._decide(response, result)
-            if isinstance(step, NextStepFinalOutput | NextStepMaxRounds):
+            step = self._decide(response)
+            if isinstance(step, NextStepFinalOutput):
                 result.text = response.text
-                result.finish_reason = (
-                    response.finish_reason if isinstance(step, NextStepFinalOutput) else "max_rounds"
-                )
-                result.max_rounds_hit = isinstance(step, NextStepMaxRounds)
-                yield RunFinished(result)
+                result.finish_reason = response.finish_reason
+                answer.text = current
                 return
 
             calls = step.calls if isinstance(step, NextStepRunTools) else step.server_calls
@@ -191,7 +229,7 @@ class AgentLoop:
             async for event in self._run_tools(calls, conversation, result, ctx):
                 if isinstance(event, NextStepTimeout):
                     self._finish_timeout(result)
-                    yield RunFinished(result)
+                    answer.text = current
                     return
                 if isinstance(event, NextStepInterruption):
                     interruption = event.interruption
@@ -201,13 +239,32 @@ class AgentLoop:
                 result.client_calls = step.client_calls
                 result.text = response.text
                 result.finish_reason = "tool_calls"
-                yield RunFinished(result)
+                answer.text = current
                 return
             if interruption is not None:
                 result.interruption = interruption
                 self._finish_with_message(result, interruption.message, "stop")
-                yield RunFinished(result)
                 return
+            if isinstance(self._after_tools(result), NextStepMaxRounds):
+                result.text = response.text
+                result.finish_reason = "max_rounds"
+                result.max_rounds_hit = True
+                answer.text = current
+                return
+            previous = current
+
+    async def _preamble(self, conversation: list[Item], result: RunResult, ctx: RunContext) -> bool:
+        """The toolsets' items before the first round; True when one of them already answered."""
+        for toolset in self.router.toolsets:
+            preamble = await toolset.before_run(conversation, ctx)
+            if preamble is None:
+                continue
+            conversation.extend(preamble.items)
+            result.new_items.extend(preamble.items)
+            if preamble.answer is not None:
+                self._finish_with_message(result, preamble.answer, "stop")
+                return True
+        return False
 
     # -- one round -------------------------------------------------------------------------------
 
@@ -224,25 +281,34 @@ class AgentLoop:
             params=self.params,
         )
 
-    async def _stream_model(
-        self, request: ModelRequest, ctx: RunContext
-    ) -> AsyncIterator[TextDelta | StreamDone]:
-        stream = self.model.provider.stream(request)
-        calling_tools = False
+    def _holds_text(self, request: ModelRequest) -> bool:
+        """Hold a streamed round's text unless no gateway tool is offered (then every round's text
+        is the answer) or the adapter streams tool rounds too."""
+        if self.settings.stream_tool_round_text:
+            return False
+        client = {t.name for t in self.router.client_tools}
+        return any(t.name not in client for t in request.tools)
+
+    async def _model_round(
+        self, request: ModelRequest, ctx: RunContext, current: _RoundText, *, stream: bool
+    ) -> AsyncIterator[OutputTextDelta]:
+        """One model call; its text deltas as ``current`` lets them through, its response in ``current``."""
+        if not stream:
+            current.response = await _before_deadline(self.model.provider.request(request), ctx)
+            return
+        events = self.model.provider.stream(request)
         try:
             while True:
                 try:
-                    event = await _before_deadline(anext(stream), ctx)
+                    event = await _before_deadline(anext(events), ctx)
                 except StopAsyncIteration:
-                    return
-                if isinstance(event, ToolCallDelta):
-                    # This round ends in tool calls, so its text is not the final answer: stop
-                    # streaming it (text already sent before the first call cannot be taken back).
-                    calling_tools = True
-                elif isinstance(event, StreamDone) or not calling_tools:
-                    yield event
+                    break
+                if isinstance(event, StreamDone):
+                    current.response = event.response
+                elif isinstance(event, TextDelta) and (delta := current.add(event.text)) is not None:
+                    yield delta
         finally:
-            await stream.aclose()
+            await events.aclose()
 
     def _append_response(self, response: ModelResponse, conversation: list[Item], result: RunResult) -> None:
         new: list[Item] = []
@@ -252,16 +318,23 @@ class AgentLoop:
         conversation.extend(new)
         result.new_items.extend(new)
 
-    def _decide(self, response: ModelResponse, result: RunResult) -> NextStep:
+    def _decide(self, response: ModelResponse) -> NextStep:
         if not response.tool_calls:
             return NextStepFinalOutput()
         client = [c for c in response.tool_calls if self.router.is_client_call(c)]
         server = [c for c in response.tool_calls if not self.router.is_client_call(c)]
         if client:
             return NextStepPauseForClient(client_calls=client, server_calls=server)
-        if result.rounds >= self.settings.max_rounds:
-            return NextStepMaxRounds()
         return NextStepRunTools(calls=server)
+
+    def _after_tools(self, result: RunResult) -> NextStep | None:
+        """After a round's tools ran: another round, or stop at ``max_rounds``.
+
+        The seed's flow runs the round's tool calls first and checks ``round < max_rounds`` after
+        (004: execute → append results → "Round < max_rounds?" → else return the last model
+        response), so the last round's calls are executed and recorded, never left dangling.
+        """
+        return NextStepMaxRounds() if result.rounds >= self.settings.max_rounds else None
 
     # -- tools ----------------------------------------------------------------------------------
 

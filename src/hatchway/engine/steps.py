@@ -37,7 +37,7 @@ class NextStepFinalOutput:
 
 @dataclass(frozen=True, slots=True)
 class NextStepMaxRounds:
-    """``max_rounds`` reached: return the last model response as it is."""
+    """``max_rounds`` reached: the last round's tools have run; return that round's model response."""
 
 
 @dataclass(frozen=True, slots=True)

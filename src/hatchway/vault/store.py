@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from hatchway.errors import Conflict, DecryptionError, InvalidRequest, NotFound, SecretNotFound
 from hatchway.ids import new_id
+from hatchway.observability.log_redaction import SECRETS
 from hatchway.store.db import Database
 from hatchway.store.tables import Organization, utcnow
 from hatchway.vault.master_key import MasterKey
@@ -118,8 +119,10 @@ class Vault:
                 param="name",
             )
         data_key = await self._data_key(org_id, create=False)
-        value = open_sealed(data_key, row.ciphertext, secret_aad(org_id, name), what=f"secret '{name}'")
-        return Secret(name, value.decode("utf-8"), list(row.allowed_hosts or []))
+        raw = open_sealed(data_key, row.ciphertext, secret_aad(org_id, name), what=f"secret '{name}'")
+        value = raw.decode("utf-8")
+        SECRETS.add(value)  # decrypted in this process: never in a third-party log line
+        return Secret(name, value, list(row.allowed_hosts or []))
 
     async def list_secrets(self, org_id: str) -> list[SecretInfo]:
         """Every secret of the organisation, by name, without values."""

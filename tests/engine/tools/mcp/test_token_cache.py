@@ -67,9 +67,9 @@ async def test_the_second_replica_waits_for_the_first_ones_fetch_and_uses_its_to
 
         return fetch
 
-    on_first = asyncio.create_task(first.get("org:server", fetcher("first")))
+    on_first = asyncio.create_task(first.get("org:server", fetcher("first"), org_id="org"))
     await until(lambda: fetched == ["first"])
-    on_second = asyncio.create_task(second.get("org:server", fetcher("second")))
+    on_second = asyncio.create_task(second.get("org:server", fetcher("second"), org_id="org"))
     await until(lambda: WAITING in caplog.text)
     release.set()
 
@@ -91,7 +91,7 @@ async def test_a_fetch_lock_left_by_a_crashed_replica_delays_but_does_not_fail_t
     async def fetch() -> AccessToken:
         return AccessToken("fetched-anyway", 3600)
 
-    token = await TokenCache(shared, lock_seconds=0.5).get("org:server", fetch)
+    token = await TokenCache(shared, lock_seconds=0.5).get("org:server", fetch, org_id="org")
 
     assert token == "fetched-anyway"
     assert "not released in 0.5s; fetching" in caplog.text

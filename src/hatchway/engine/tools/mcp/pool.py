@@ -10,6 +10,7 @@ import orjson
 
 from hatchway.config.plugin import McpServerConfig
 from hatchway.engine.tools.mcp.connection import McpConnection, ToolListing
+from hatchway.observability.log_redaction import install_log_redaction
 from hatchway.store.cache import Cache, MemoryCache
 
 logger = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ class McpServerPool:
         self._connections: dict[str, McpConnection] = {}
         self._listings: dict[str, ToolListing] = {}
         self._closed = False
+        install_log_redaction()  # the SDK logs tool arguments and results at DEBUG
 
     def __len__(self) -> int:
         return sum(1 for c in self._connections.values() if not c.lost.is_set())
@@ -56,6 +58,7 @@ class McpServerPool:
         key = connection_key(server, org_id, trusted=trusted)
         connection = self._connections.get(key)
         if connection is None or connection.lost.is_set():
+            install_log_redaction()  # again: loggers of SDK modules imported since
             connection = McpConnection(server, self.listing(server, org_id, trusted=trusted), guard=guard)
             connection.start()
             self._connections[key] = connection

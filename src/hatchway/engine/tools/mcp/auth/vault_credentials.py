@@ -29,7 +29,7 @@ from hatchway.engine.tools.mcp.auth.oauth import (
     token_url_problem,
 )
 from hatchway.engine.tools.mcp.auth.scoping import check_scope
-from hatchway.engine.tools.mcp.auth.tokens import Clock, TokenCache
+from hatchway.engine.tools.mcp.auth.tokens import Clock, ProcessSealer, TokenCache
 from hatchway.errors import HatchwayError, InvalidRequest, McpAuthError, RequestError, VaultError
 from hatchway.store.cache import Cache
 from hatchway.vault.names import ref_problem
@@ -72,7 +72,9 @@ class VaultCredentials:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.vault = vault
-        self.tokens = TokenCache(cache, clock=clock)
+        # Tokens in the shared cache are sealed with the organisation's vault data key.
+        sealer = vault if isinstance(vault, Vault) else ProcessSealer()
+        self.tokens = TokenCache(cache, sealer=sealer, clock=clock)
         self.endpoint = TokenEndpoint(
             verify=ssl.create_default_context() if verify is None else verify,
             timeout=token_timeout,
@@ -107,9 +109,11 @@ class VaultCredentials:
             header = getattr(server.auth, "header", None) or DEFAULT_API_KEY_HEADER
             return {header: header_safe(secret.value, f"secret '{secret.name}'")}
         token = await self.tokens.get(
-            token_key(server, ctx), lambda: self._fetch_token(server, secret, ctx, trusted=trusted)
+            token_key(server, ctx),
+            lambda: self._fetch_token(server, secret, ctx, trusted=trusted),
+            org_id=ctx.org_id,
         )
-        ctx.secret_values.add(token)
+        ctx.add_secret(token)
         return {"Authorization": "Bearer " + header_safe(token, f"{what}: the access token")}
 
     async def invalidate(
@@ -123,11 +127,11 @@ class VaultCredentials:
         if auth_type(server) != "oauth":
             return
         bearer = _bearer_of(refused) if refused is not None else None
-        await self.tokens.drop(token_key(server, ctx), bearer)
+        await self.tokens.drop(token_key(server, ctx), bearer, org_id=ctx.org_id)
 
     async def _secret(self, server: Any, ctx: RunContext) -> Secret:
         secret = await self.vault.get(ctx.org_id, secret_name(server))
-        ctx.secret_values.add(secret.value)
+        ctx.add_secret(secret.value)
         return secret
 
     async def _fetch_token(

@@ -1,0 +1,111 @@
+"""Secret values kept out of third-party log lines (the MCP SDK, httpx/httpcore, aiohttp).
+
+At DEBUG the MCP SDK logs every JSON-RPC message it sends and receives — tool arguments and
+results, where a secret may travel — and httpcore logs response headers. ``SecretLogFilter`` rewrites
+each record of those libraries before any handler sees it: every secret value this process has
+resolved (``SECRETS``: vault secrets, OAuth access tokens) becomes ``[REDACTED]``, and so do
+credentials in the shapes these libraries print them (``Bearer …``, ``(b'authorization', b'…')``).
+
+A filter on a logger does not see its children's records, so ``install_log_redaction()`` puts the
+filter on every logger of those libraries that exists, plus the modules known to log payloads
+before they are imported. It is idempotent; the MCP pool calls it again when it opens a connection,
+after the SDK's client modules have been imported.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+
+REDACTED = "[REDACTED]"
+LIBRARIES = ("mcp", "httpx", "httpx2", "httpcore", "httpcore2", "aiohttp")
+_PAYLOAD_LOGGERS = (
+    "mcp.client.streamable_http",  # "Sending client message: …", "SSE message: …"
+    "mcp.client.sse",  # "Received server message: …", "Sending client message: …"
+    "mcp.client.stdio",
+    "mcp.client.session",
+    "mcp.client.auth.oauth2",
+    "mcp.shared.jsonrpc_dispatcher",
+    "httpx",
+    "httpx2",
+    "httpcore.http11",  # "receive_response_headers.complete return_value=(…, [headers])"
+    "httpcore.http2",
+    "httpcore2.http11",
+    "httpcore2.http2",
+    "aiohttp.client",
+)
+_CREDENTIALS = (
+    (re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=-]{8,}"), rf"\1\2{REDACTED}"),
+    (
+        re.compile(r"(?i)(\(b'(?:authorization|proxy-authorization|cookie|set-cookie|x-api-key)', b')[^']*'"),
+        rf"\1{REDACTED}'",
+    ),
+)
+
+
+class SecretValues:
+    """Secret values resolved in this process, newest kept (a bounded set: tokens rotate)."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._limit = limit
+        self._values: dict[str, None] = {}
+        self._lock = threading.Lock()  # log records are filtered on any thread
+        self._longest_first: tuple[str, ...] = ()
+
+    def add(self, value: str) -> None:
+        if not value:
+            return
+        with self._lock:
+            self._values.pop(value, None)
+            self._values[value] = None
+            while len(self._values) > self._limit:
+                del self._values[next(iter(self._values))]
+            # Longest first: a secret that contains another is redacted whole.
+            self._longest_first = tuple(sorted(self._values, key=len, reverse=True))
+
+    def redact(self, text: str) -> str:
+        for value in self._longest_first:
+            if value in text:
+                text = text.replace(value, REDACTED)
+        for pattern, replacement in _CREDENTIALS:
+            text = pattern.sub(replacement, text)
+        return text
+
+
+SECRETS = SecretValues()
+
+
+class SecretLogFilter(logging.Filter):
+    """Rewrites a record's message (and traceback text) with ``SECRETS.redact``; drops nothing."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a record whose args do not fit its format: logging reports it itself
+            return True
+        clean = SECRETS.redact(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = SECRETS.redact(record.exc_text)
+        return True
+
+
+_FILTER = SecretLogFilter()
+
+
+def install_log_redaction() -> None:
+    """Put ``SecretLogFilter`` on every logger of ``LIBRARIES`` (idempotent)."""
+    names = set(_PAYLOAD_LOGGERS) | set(LIBRARIES)
+    names.update(
+        name
+        for name in list(logging.root.manager.loggerDict)
+        if any(name.startswith(f"{library}.") for library in LIBRARIES)
+    )
+    for name in names:
+        logger = logging.getLogger(name)
+        if _FILTER not in logger.filters:
+            logger.addFilter(_FILTER)
