@@ -57,7 +57,10 @@ class SecretValues:
         if not value:
             return
         with self._lock:
-            self._values.pop(value, None)
+            if value in self._values:  # seen: keep it newest, the set (and its order) is unchanged
+                del self._values[value]
+                self._values[value] = None
+                return
             self._values[value] = None
             while len(self._values) > self._limit:
                 del self._values[next(iter(self._values))]
