@@ -4,6 +4,7 @@ Requests go one after the other (concurrency 1) to a scripted upstream whose eve
 exactly the model latency, and MCP tools (official SDK) that take exactly the tool latency, so::
 
     gateway overhead = total − Σ model time − Σ tool time (tools of one round run in parallel)
+    per tool round   = (overhead of N rounds − overhead of a plain chat) / N
 
 Model time is the upstream's fixed latency; tool time is ``tools/call`` measured alone first, from
 the official MCP client on an open session (p50): the MCP server's own cost (the SDK's streamable
@@ -47,6 +48,13 @@ class Latencies:
     tool_ms: float
     fan_tool_ms: float
     child_ms: float
+    first_model_ms: float = 0.0
+    """The model call measured alone from this bench's own client: the first call of a run is
+    subtracted at this figure, so the bench client's cost (the same towards the gateway) cancels out;
+    later calls are the gateway's own and are subtracted at the fixed ``model_ms``."""
+
+    def first(self) -> float:
+        return self.first_model_ms or self.model_ms
 
 
 async def _mcp_calls(url: str, n: int) -> list[float]:
@@ -99,17 +107,19 @@ def hatchway(base: str, key: str, lat: Latencies, n: int, fan_n: int) -> dict[st
     with httpx.Client(base_url=base, headers=headers, timeout=60) as client:
         chat = "/v1/chat/completions"
         plain, _ = _timed(client, chat, _chat("plain"), n, 10)
-        out["plain"] = {"total": summary(plain), "overhead": _overhead(plain, lat.model_ms)}
+        out["plain"] = {"total": summary(plain), "overhead": _overhead(plain, lat.first())}
+        base = out["plain"]["overhead"]
         for rounds in (1, 3):
             samples, _ = _timed(client, chat, _chat(f"tools-{rounds}"), n, 10)
-            known = (rounds + 1) * lat.model_ms + rounds * lat.tool_ms
+            known = lat.first() + rounds * (lat.model_ms + lat.tool_ms)
             overhead = _overhead(samples, known)
+            # what a tool round adds to a plain chat's overhead, per round
             out[f"tools_{rounds}"] = {
                 "rounds": rounds,
                 "total": summary(samples),
                 "overhead": overhead,
-                "per_round_p50": overhead["p50"] / rounds,
-                "per_round_p99": overhead["p99"] / rounds,
+                "per_round_p50": (overhead["p50"] - base["p50"]) / rounds,
+                "per_round_p99": (overhead["p99"] - base["p50"]) / rounds,
             }
         # each further round: what 3 rounds cost beyond 1, per added round
         out["marginal_round_p50"] = (
@@ -118,13 +128,13 @@ def hatchway(base: str, key: str, lat: Latencies, n: int, fan_n: int) -> dict[st
         samples, _ = _timed(client, "/v1/responses", _responses("tools-1"), n, 10)
         out["responses_tools_1"] = {
             "total": summary(samples),
-            "overhead": _overhead(samples, 2 * lat.model_ms + lat.tool_ms),
+            "overhead": _overhead(samples, lat.first() + lat.model_ms + lat.tool_ms),
         }
         samples, _ = _timed(client, chat, _chat("fanout-8"), fan_n, 2)
-        out["fanout_8"] = _round_wall(samples, lat.model_ms, lat.fan_tool_ms)
+        out["fanout_8"] = _round_wall(samples, lat, lat.fan_tool_ms)
         samples, last = _timed(client, "/v1/responses", {"model": "agent:fan", "input": "fan out"}, fan_n, 2)
         calls = [i for i in last.get("output", []) if i.get("name") == "spawn_subagent"]
-        out["subagents_8"] = {**_round_wall(samples, lat.model_ms, lat.child_ms), "children": len(calls)}
+        out["subagents_8"] = {**_round_wall(samples, lat, lat.child_ms), "children": len(calls)}
     return out
 
 
@@ -133,12 +143,14 @@ def litellm(base: str, key: str, lat: Latencies, n: int, fan_n: int) -> dict[str
     out: dict[str, object] = {}
     with httpx.Client(base_url=base, headers=headers, timeout=60) as client:
         samples, _ = _timed(client, "/v1/responses", _responses("plain"), n, 10)
-        out["plain_responses"] = {"total": summary(samples), "overhead": _overhead(samples, lat.model_ms)}
+        out["plain_responses"] = {"total": summary(samples), "overhead": _overhead(samples, lat.first())}
         samples, last = _timed(client, "/v1/responses", _responses("tools-1", mcp="bench"), n, 10)
         out["responses_tools_1"] = {
             "total": summary(samples),
-            "overhead": _overhead(samples, 2 * lat.model_ms + lat.tool_ms),
-            "per_round_p50": summary(samples)["p50"] - 2 * lat.model_ms - lat.tool_ms,
+            "overhead": _overhead(samples, lat.first() + lat.model_ms + lat.tool_ms),
+            "per_round_p50": summary(samples)["p50"]
+            - (lat.first() + lat.model_ms + lat.tool_ms)
+            - out["plain_responses"]["overhead"]["p50"],
             "unexecuted_calls_returned": _function_calls_left(last),
         }
         response = client.post("/v1/responses", json=_responses("tools-3", mcp="bench"))
@@ -152,7 +164,7 @@ def litellm(base: str, key: str, lat: Latencies, n: int, fan_n: int) -> dict[str
         fanout = _responses("fanout-8", mcp="fan")
         samples, last = _timed(client, "/v1/responses", fanout, min(fan_n, 5), 1)
         executed = _executed_results(last)
-        out["fanout_8"] = {**_round_wall(samples, lat.model_ms, lat.fan_tool_ms), "tools_executed": executed}
+        out["fanout_8"] = {**_round_wall(samples, lat, lat.fan_tool_ms), "tools_executed": executed}
     out["subagents_8"] = {"supported": False, "note": "no hosted subagents"}
     return out
 
@@ -170,9 +182,9 @@ def _executed_results(response: dict) -> int:
     return 0
 
 
-def _round_wall(samples: list[float], model_ms: float, ideal_ms: float) -> dict[str, object]:
+def _round_wall(samples: list[float], lat: Latencies, ideal_ms: float) -> dict[str, object]:
     """The fan-out round's wall time: total − the two model calls around it."""
-    wall = summary([s - 2 * model_ms for s in samples])
+    wall = summary([s - lat.first() - lat.model_ms for s in samples])
     return {"total": summary(samples), "round_wall": wall, "ideal_ms": ideal_ms}
 
 
