@@ -20,9 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import httpx
 import yaml
 
-from bench.common import ROOT, free_port, process, python, sequential_latencies, summary, wait_http
+from bench.common import ROOT, free_port, process, python, summary, wait_http
 from bench.passthrough import BODY, _key
 
 WRK_SCRIPT = """
@@ -54,6 +55,24 @@ def _vm(pid: int, field: str) -> float:
     return int(match.group(1)) / 1024 if match else float("nan")
 
 
+async def _interleaved(
+    direct: str, through: str, headers: dict[str, str], n: int, warmup: int = 50
+) -> tuple[list[float], list[float]]:
+    """Concurrency 1, alternating one request direct and one through the gateway, so both series see
+    the same machine (other processes come and go on a shared box); latencies in ms."""
+    out: tuple[list[float], list[float]] = ([], [])
+    async with httpx.AsyncClient(timeout=30.0) as a, httpx.AsyncClient(timeout=30.0) as b:
+        for i in range(warmup + n):
+            for series, client, url, hdrs in ((0, a, direct, {}), (1, b, through, headers)):
+                started = time.perf_counter()
+                response = await client.post(url, content=BODY, headers=hdrs)
+                elapsed = (time.perf_counter() - started) * 1000
+                response.raise_for_status()
+                if i >= warmup:
+                    out[series].append(elapsed)
+    return out
+
+
 def _pcts(s: dict[str, float]) -> str:
     return f"p50 {s['p50']:.2f} p90 {s['p90']:.2f} p99 {s['p99']:.2f}"
 
@@ -68,7 +87,9 @@ def _spy(pid: int, output: str) -> subprocess.Popen[bytes]:
     """py-spy attached to the serving process until SIGINT; ``.txt`` gives collapsed stacks."""
     fmt = {".speedscope": "speedscope", ".txt": "raw"}.get(Path(output).suffix, "flamegraph")
     spy = str(Path(python()).parent / "py-spy")
-    args = [spy, "record", "-r", "250", "-f", fmt, "-o", str(Path(output).resolve()), "--pid", str(pid)]
+    native = ["--native"] if os.environ.get("SPY_NATIVE") else []  # C frames: syscalls, uvloop
+    args = [spy, "record", "-r", "250", *native, "-f", fmt, "-o", str(Path(output).resolve())]
+    args += ["--pid", str(pid)]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1.0)  # let it attach before the load starts
     return proc
@@ -105,10 +126,10 @@ def main() -> None:
     parser.add_argument("--wrk-seconds", type=int, default=10)
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--profile", help="py-spy output file (.svg flame graph or .speedscope)")
-    parser.add_argument("--skip-direct", action="store_true")
     parser.add_argument("--wrap", help="a script that starts the gateway's CLI (e.g. with instrumentation)")
     parser.add_argument("--cprofile", help="run the gateway under cProfile, writing this .prof file")
     parser.add_argument("--floor", action="store_true", help="measure bench/profile_floor.py instead")
+    parser.add_argument("--floor-client", choices=("aiohttp", "httpx"), default="aiohttp")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
@@ -135,7 +156,8 @@ def main() -> None:
         if args.wrap:
             gateway = [python(), str(Path(args.wrap).resolve()), *gateway[3:]]
         if args.floor:
-            gateway = [python(), str(ROOT / "bench" / "profile_floor.py"), "--port", str(gw_port)]
+            floor = args.wrap or str(ROOT / "bench" / "profile_floor.py")
+            gateway = [python(), floor, "--port", str(gw_port), "--client", args.floor_client]
             gateway += ["--upstream", f"http://127.0.0.1:{up_port}/v1"]
         with process(upstream, env=env):
             wait_http(f"http://127.0.0.1:{up_port}/")
@@ -152,25 +174,19 @@ def main() -> None:
                 url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
                 headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
                 if args.requests:
-                    if not args.skip_direct:
-                        direct = summary(
-                            asyncio.run(
-                                sequential_latencies(
-                                    f"http://127.0.0.1:{up_port}/v1/chat/completions", BODY, {}, args.requests
-                                )
-                            )
-                        )
                     cpu = _cpu_seconds(pid)
-                    through = summary(asyncio.run(sequential_latencies(url, BODY, headers, args.requests)))
+                    direct_ms, through_ms = asyncio.run(
+                        _interleaved(
+                            f"http://127.0.0.1:{up_port}/v1/chat/completions", url, headers, args.requests
+                        )
+                    )
                     cpu_ms = (_cpu_seconds(pid) - cpu) * 1000 / (args.requests + 50)
                     print(f"c=1 gateway CPU per request: {cpu_ms:.3f} ms")
+                    direct, through = summary(direct_ms), summary(through_ms)
                     print("c=1 through: " + _pcts(through))
-                    if not args.skip_direct:
-                        print("c=1 direct:  " + _pcts(direct))
-                        print(
-                            "c=1 added:   "
-                            + " ".join(f"{q} {through[q] - direct[q]:.2f}" for q in ("p50", "p90", "p99"))
-                        )
+                    print("c=1 direct:  " + _pcts(direct))
+                    added = " ".join(f"{q} {through[q] - direct[q]:.2f}" for q in ("p50", "p90", "p99"))
+                    print("c=1 added:   " + added)
                 if args.wrk_seconds and shutil.which("wrk"):
                     cpu = _cpu_seconds(pid)
                     line, total = _wrk(url, key, args.connections, args.wrk_seconds, tmp)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from types import MappingProxyType
 
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -39,7 +40,7 @@ class GatewayApp(FastAPI):
     goes through FastAPI as usual.
     """
 
-    direct_routes: dict[str, ASGIApp]
+    direct_routes: Mapping[str, ASGIApp] = MappingProxyType({})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":

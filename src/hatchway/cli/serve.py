@@ -41,6 +41,7 @@ def serve(
     import uvicorn
 
     from hatchway.api.app import create_app
+    from hatchway.api.http_protocol import OneWriteHttpToolsProtocol
 
     settings = settings_from(config)
     configure_logging(log_level)
@@ -63,7 +64,7 @@ def serve(
         log_level=log_level,
         access_log=False,
         loop="uvloop",
-        http="httptools",
+        http=OneWriteHttpToolsProtocol,
     )
 
 

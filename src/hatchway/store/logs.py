@@ -72,12 +72,14 @@ Record = LogRecord | RequestLog
 class LogWriter:
     """Queues records and inserts them in batches; ``flush()`` waits until all queued ones are stored.
 
-    A lone record waits up to ``linger_seconds`` for company, so a quiet gateway writes a few
-    records per transaction instead of one (each costs about as much CPU as the request it logs);
-    ``flush()`` and ``close()`` cut the wait short.
+    A record waits up to ``linger_seconds`` for company, so a quiet gateway writes several records
+    per transaction instead of one: a transaction costs about as much CPU as the request it logs,
+    much of it thread hand-offs to the SQLite driver (measured at concurrency 1: 2.4 ms of CPU per
+    request with 50 ms, 1.8 ms with 250 ms). ``flush()`` (read-your-writes reads) and ``close()``
+    cut the wait short, so no reader and no shutdown waits it out.
     """
 
-    def __init__(self, db: Database, *, batch_size: int = 200, linger_seconds: float = 0.05) -> None:
+    def __init__(self, db: Database, *, batch_size: int = 200, linger_seconds: float = 0.25) -> None:
         self.db = db
         self.batch_size = batch_size
         self.linger_seconds = linger_seconds
