@@ -146,7 +146,8 @@ def main() -> None:
             )
         )
         key = asyncio.run(_key(db_url))
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        paths = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, str(ROOT)])}  # another checkout first
         upstream = [python(), str(ROOT / "bench" / "upstream.py"), "--port", str(up_port)]
         upstream += ["--latency-ms", str(args.latency_ms)]
         gateway = [python(), "-m", "hatchway", "serve", "--config", str(config), "--port", str(gw_port)]
