@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 
+import anyio
 import pytest
 
 from hatchway.errors import AuthenticationError, Conflict, NotFound
@@ -113,3 +114,30 @@ async def test_log_writer_close_writes_everything_queued(db: Database) -> None:
         writer.submit(_record(org))
     await writer.close()
     assert len(await RequestLogStore(db).list(org, LogQuery(limit=100))) == 50
+
+
+async def test_log_writer_close_while_lingering_keeps_the_held_record(db: Database) -> None:
+    writer = LogWriter(db, linger_seconds=60)
+    writer.start()
+    org = new_id("org")
+    writer.submit(_record(org))
+    with anyio.fail_after(5):  # the writer has taken the record off its queue and waits for company
+        while not writer._queue.empty():
+            await anyio.sleep(0)
+    await writer.close()
+    assert len(await RequestLogStore(db).list(org, LogQuery())) == 1
+
+
+async def test_log_writer_flush_does_not_wait_out_the_linger(db: Database) -> None:
+    writer = LogWriter(db, linger_seconds=60)
+    writer.start()
+    org = new_id("org")
+    writer.submit(_record(org))
+    with anyio.fail_after(5):
+        await writer.flush()
+    assert len(await RequestLogStore(db).list(org, LogQuery())) == 1
+    writer.submit(_record(org))  # the next record lingers again, and a flush cuts it short again
+    with anyio.fail_after(5):
+        await writer.flush()
+    assert len(await RequestLogStore(db).list(org, LogQuery())) == 2
+    await writer.close()

@@ -39,6 +39,8 @@ class Reply:
     finish_reason: str | None = None
     chunk_size: int = 4
     raw_body: bytes | None = None
+    gate: threading.Event | None = None
+    """When set, the reply waits until the test sets it (a request held in flight)."""
 
 
 _ids = itertools.count(1)
@@ -165,6 +167,8 @@ class ScriptedLLM:
         with self._lock:
             self.headers.append({k.lower(): v for k, v in request.headers.items()})
         reply = self._next(body)
+        if reply.gate is not None:
+            await asyncio.to_thread(reply.gate.wait, 60)
         if reply.delay:
             await _sleep_unless_disconnected(request, reply.delay)
         if reply.raw_body is not None:

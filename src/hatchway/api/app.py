@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import gc
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from types import MappingProxyType
 
 from fastapi import FastAPI
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hatchway.api import (
-    chat,
     health,
     logs,
     mcp_servers,
@@ -21,6 +23,7 @@ from hatchway.api import (
     responses_socket,
     secrets,
 )
+from hatchway.api.chat import ChatCompletionsApp
 from hatchway.api.errors import install_error_handlers
 from hatchway.api.responses_worker import serve_queue
 from hatchway.api.ui import mount_dashboard
@@ -29,27 +32,55 @@ from hatchway.gateway import Gateway
 from hatchway.observability.middleware import ObservabilityMiddleware
 
 
-def create_app(settings: Settings, *, gateway: Gateway | None = None) -> FastAPI:
-    """The gateway as an ASGI app; resources open in the lifespan and close on shutdown."""
+class GatewayApp(FastAPI):
+    """FastAPI, with the hot routes served as plain ASGI apps ahead of its middleware and router.
+
+    ``direct_routes`` maps an exact path to its app (each wrapped in ``ObservabilityMiddleware``,
+    which the FastAPI stack would otherwise have applied). Every other request, and the lifespan,
+    goes through FastAPI as usual.
+    """
+
+    direct_routes: Mapping[str, ASGIApp] = MappingProxyType({})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            direct = self.direct_routes.get(scope["path"])
+            if direct is not None:
+                await direct(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+
+def create_app(
+    settings: Settings, *, gateway: Gateway | None = None, freeze_heap: bool = False
+) -> GatewayApp:
+    """The gateway as an ASGI app; resources open in the lifespan and close on shutdown.
+
+    ``freeze_heap`` (``hatchway serve``): once started, move every object alive to the garbage
+    collector's permanent generation, so its collections, triggered by the allocations of requests,
+    no longer walk the start-up heap (modules, settings, pools). For a process that serves only.
+    """
     gw = gateway or Gateway(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await gw.start()
         gw.tasks.spawn("jobs:worker", serve_queue(gw))  # background responses off the Redis queue
+        if freeze_heap:
+            gc.collect()
+            gc.freeze()
         try:
             yield
         finally:
             await gw.close()
 
-    app = FastAPI(title="Hatchway", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = GatewayApp(title="Hatchway", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.gateway = gw
     install_error_handlers(app)
     for module in (
         health,
         metrics,
         models,
-        chat,
         logs,
         operations,
         response_tree,
@@ -61,5 +92,7 @@ def create_app(settings: Settings, *, gateway: Gateway | None = None) -> FastAPI
         app.include_router(module.router)
     app.include_router(mcp_servers.router)
     mount_dashboard(app)
-    app.add_middleware(ObservabilityMiddleware, metrics=gw.telemetry.metrics, tracing=gw.telemetry.tracing)
+    observed = {"metrics": gw.telemetry.metrics, "tracing": gw.telemetry.tracing}
+    app.add_middleware(ObservabilityMiddleware, **observed)
+    app.direct_routes = {ChatCompletionsApp.path: ObservabilityMiddleware(ChatCompletionsApp(gw), **observed)}
     return app

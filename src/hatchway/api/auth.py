@@ -12,9 +12,13 @@ def gateway_of(request: Request) -> Gateway:
     return request.app.state.gateway
 
 
+def bearer_token(authorization: str) -> str | None:
+    """The key of an ``Authorization: Bearer <key>`` header value, None for any other scheme."""
+    scheme, _, token = authorization.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
+
+
 async def authenticate(request: Request) -> Principal:
     """FastAPI dependency for every ``/v1`` route."""
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    bearer = token.strip() if scheme.lower() == "bearer" else None
+    bearer = bearer_token(request.headers.get("authorization", ""))
     return await gateway_of(request).orgs.authenticate(bearer)

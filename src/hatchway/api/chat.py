@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, Literal
 
 import orjson
-from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
-from hatchway.api.auth import authenticate, gateway_of
-from hatchway.api.context import run_context
-from hatchway.api.errors import parse_json_body, validate_body
+from hatchway.api.auth import bearer_token
+from hatchway.api.context import header_dict, headers_run_context
+from hatchway.api.errors import (
+    error_response,
+    hatchway_error_response,
+    internal_error_response,
+    parse_json_body,
+    validate_body,
+)
 from hatchway.api.sse import DONE, SSE_HEADERS, data_event
-from hatchway.engine.context import Principal, RunContext
+from hatchway.engine.context import RunContext
 from hatchway.engine.items import FunctionCall, Message, ToolSpec
 from hatchway.engine.loop import (
     AgentLoop,
@@ -32,8 +41,8 @@ from hatchway.gateway import Gateway, RunPlan
 from hatchway.ids import new_id
 from hatchway.observability.runlog import RequestTrace
 
-router = APIRouter()
-
+logger = logging.getLogger("hatchway.api")
+ROUTE = "/v1/chat/completions"
 _HANDLED = {"model", "messages", "stream", "stream_options", "tools", "tool_choice", "parallel_tool_calls"}
 
 
@@ -79,39 +88,107 @@ class ChatRequest(BaseModel):
         ]
 
 
-@router.post("/v1/chat/completions")
-async def chat_completions(
-    request: Request, principal: Annotated[Principal, Depends(authenticate)]
-) -> Response:
-    gw = gateway_of(request)
-    ctx = run_context(request, principal, gw.settings.loop_deadline_seconds)
-    trace = RequestTrace("chat.completions", ctx)
-    try:
-        body = validate_body(ChatRequest, parse_json_body(await request.body()))
-        trace.model = body.model
-        plan = await gw.plan_run(body.model, ctx, ctx.request_headers)
-        trace.agent = plan.agent.name if plan.agent else None
-        trace.plugin_source = plan.plugin_source
-        items = messages_to_items(body.messages)
-        if plan.instructions:
-            items.insert(0, Message(role="system", content=plan.instructions))
-        loop = AgentLoop(
-            plan.model,
-            ToolRouter(toolsets=plan.toolsets, client_tools=body.client_tools()),
-            plan.loop,
-            tool_choice=body.tool_choice,
-            parallel_tool_calls=body.parallel_tool_calls,
-            params=body.passthrough(),
+class ChatCompletionsApp:
+    """``POST /v1/chat/completions`` as a plain ASGI app, served ahead of FastAPI (``api/app.py``).
+
+    Hand-written rather than a FastAPI route because this is the hot path: on a pass-through
+    completion, FastAPI's middleware stack, router and dependency injection cost more CPU than the
+    rest of the request (``bench/profile_hot.py --profile``). It answers as the route did: the same
+    authentication, OpenAI-shaped errors with the field path, headers, run log, metrics and spans.
+    """
+
+    path = ROUTE
+    """The route template ``observability.middleware.route_of`` reads for labels and span names."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gw = gateway
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["route"] = self
+        done: Callable[[], None] | None = None
+        if scope["method"] != "POST":
+            response = _method_not_allowed()
+        else:
+            try:
+                response, done = await self._answer(scope, receive)
+            except ClientDisconnect:
+                return  # gone before its body arrived: nobody to answer
+            except HatchwayError as exc:  # before the run started (authentication, headers)
+                response = hatchway_error_response(exc)
+            except Exception:
+                logger.exception("unhandled error")
+                response = internal_error_response()
+        try:
+            await response(scope, receive, send)
+        finally:
+            if done is not None:
+                done()  # the run-log record: built and queued once the answer is on its way
+
+    async def _answer(self, scope: Scope, receive: Receive) -> tuple[Response, Callable[[], None] | None]:
+        gw = self.gw
+        headers = header_dict(scope["headers"])
+        principal = await gw.orgs.authenticate(bearer_token(headers.get("authorization", "")))
+        ctx = headers_run_context(headers, principal, gw.settings.loop_deadline_seconds)
+        trace = RequestTrace("chat.completions", ctx)
+        try:
+            body = validate_body(ChatRequest, parse_json_body(await read_body(receive)))
+            trace.model = body.model
+            plan = await gw.plan_run(body.model, ctx, ctx.request_headers)
+            trace.agent = plan.agent.name if plan.agent else None
+            trace.plugin_source = plan.plugin_source
+            items = messages_to_items(body.messages)
+            if plan.instructions:
+                items.insert(0, Message(role="system", content=plan.instructions))
+            loop = AgentLoop(
+                plan.model,
+                ToolRouter(toolsets=plan.toolsets, client_tools=body.client_tools()),
+                plan.loop,
+                tool_choice=body.tool_choice,
+                parallel_tool_calls=body.parallel_tool_calls,
+                params=body.passthrough(),
+            )
+            if body.stream:
+                return await _streamed(gw, loop, items, ctx, body, plan, trace), None
+            result = await loop.run(items, ctx)
+        except HatchwayError as exc:
+            return hatchway_error_response(exc), functools.partial(
+                _log, gw, trace, exc.status_code, None, exc.message
+            )
+        payload = completion_body(result, body.model, created=int(time.time()))
+        response = Response(
+            orjson.dumps(payload), media_type="application/json", headers=_run_headers(result, trace)
         )
-        if body.stream:
-            return await _streamed(gw, loop, items, ctx, body, plan, trace)
-        result = await loop.run(items, ctx)
-    except HatchwayError as exc:
-        gw.log_writer.submit(trace.to_record(http_status=exc.status_code, error=exc.message))
-        raise
-    gw.log_writer.submit(trace.to_record(http_status=200, result=result))
-    payload = completion_body(result, body.model, created=int(time.time()))
-    return Response(orjson.dumps(payload), media_type="application/json", headers=_run_headers(result, trace))
+        return response, functools.partial(_log, gw, trace, 200, result, None)
+
+
+def _log(
+    gw: Gateway, trace: RequestTrace, http_status: int, result: RunResult | None, error: str | None
+) -> None:
+    gw.log_writer.submit(trace.to_record(http_status=http_status, result=result, error=error))
+
+
+def _method_not_allowed() -> Response:
+    body = {
+        "error": {
+            "message": "Method Not Allowed",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": None,
+        }
+    }
+    return error_response(405, body, headers={"allow": "POST"})
+
+
+async def read_body(receive: Receive) -> bytes:
+    """The whole request body (what Starlette's ``Request.body()`` does, without a Request)."""
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
 
 def _run_headers(result: RunResult, trace: RequestTrace) -> dict[str, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 
 from fastapi import Request
 
@@ -14,7 +15,16 @@ MAX_SESSION_KEY = 256
 
 
 def run_context(request: Request, principal: Principal, deadline_seconds: float) -> RunContext:
-    headers = {k.lower(): v for k, v in request.headers.items()}
+    return headers_run_context(header_dict(request.scope["headers"]), principal, deadline_seconds)
+
+
+def header_dict(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    """An ASGI scope's headers as ``{lower-case name: value}`` (the last of repeated ones wins)."""
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in raw}
+
+
+def headers_run_context(headers: dict[str, str], principal: Principal, deadline_seconds: float) -> RunContext:
+    """The RunContext of a request, from its headers (``header_dict``)."""
     on_behalf_of = headers.get("x-on-behalf-of") or None
     if on_behalf_of is not None and len(on_behalf_of) > _MAX_ON_BEHALF_OF:
         raise InvalidRequest(

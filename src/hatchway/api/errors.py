@@ -23,6 +23,19 @@ def error_response(status: int, body: dict[str, Any], headers: dict[str, str] | 
     return Response(orjson.dumps(body), status_code=status, media_type="application/json", headers=headers)
 
 
+def hatchway_error_response(exc: HatchwayError) -> Response:
+    """The response for an error Hatchway raised on purpose (server-side ones are logged, one line)."""
+    if exc.status_code >= 500:
+        logger.warning("%s: %s", type(exc).__name__, exc.message)
+    return error_response(exc.status_code, exc.to_body())
+
+
+def internal_error_response() -> Response:
+    """A bug: the caller gets a 500 in the error shape, never a traceback (the log has it)."""
+    body = {"error": {"message": "Internal error.", "type": "server_error", "param": None, "code": None}}
+    return error_response(500, body)
+
+
 def parse_json_body(raw: bytes) -> Any:
     """The request body as JSON, or a 400 that says where it broke."""
     if not raw:
@@ -48,9 +61,7 @@ def validate_body(model: type[M], data: Any) -> M:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(HatchwayError)
     async def _hatchway(_: Request, exc: HatchwayError) -> Response:
-        if exc.status_code >= 500:
-            logger.warning("%s: %s", type(exc).__name__, exc.message)
-        return error_response(exc.status_code, exc.to_body())
+        return hatchway_error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> Response:
@@ -72,5 +83,4 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> Response:
         logger.exception("unhandled error")
-        body = {"error": {"message": "Internal error.", "type": "server_error", "param": None, "code": None}}
-        return error_response(500, body)
+        return internal_error_response()

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -21,9 +22,11 @@ from hatchway.api.responses_wire import CreateResponseRequest
 from hatchway.engine.context import Principal, RunContext
 from hatchway.errors import HatchwayError, NotFound
 from hatchway.gateway import Gateway
-from hatchway.jobs import ResponseWorker
 from hatchway.store.response_jobs import ResponseJob, ResponseJobStore
 from hatchway.store.responses import Outcome, ResponseRecord
+
+if TYPE_CHECKING:  # the job queue (saq, redis) loads only with redis_url set: see response_worker
+    from hatchway.jobs import ResponseWorker
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +86,8 @@ async def _context(gw: Gateway, record: ResponseRecord, job: ResponseJob) -> Run
 def response_worker(gw: Gateway, concurrency: int) -> ResponseWorker:
     """An SAQ worker running this gateway's queued responses, ``concurrency`` at a time."""
     assert gw.jobs is not None
+    from hatchway.jobs import ResponseWorker
+
     return ResponseWorker(
         gw.jobs,
         lambda org_id, response_id: run_queued(gw, org_id, response_id),

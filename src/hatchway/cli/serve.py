@@ -41,11 +41,13 @@ def serve(
     import uvicorn
 
     from hatchway.api.app import create_app
+    from hatchway.api.http_protocol import OneWriteHttpToolsProtocol
 
     settings = settings_from(config)
     configure_logging(log_level)
     try:
-        asgi_app = create_app(settings)  # loads plugins and the master key: bad ones stop here
+        # Loads plugins and the master key: bad ones stop here.
+        asgi_app = create_app(settings, freeze_heap=True)
     except ConfigError as exc:  # a plugin file named in hatchway.yaml is broken
         err_console.print(f"[bold red]error:[/] {exc.render()}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
@@ -53,7 +55,17 @@ def serve(
         raise fail(exc.message) from None
     _migrate(settings)
     err_console.print(f"serving on http://{host}:{port} (dashboard: /ui)", highlight=False)
-    uvicorn.run(asgi_app, host=host, port=port, log_level=log_level, access_log=False)
+    # uvloop and httptools named, not left to "auto": the C event loop and HTTP parser are a large
+    # part of the gateway's per-request budget, and a missing one should fail loudly here.
+    uvicorn.run(
+        asgi_app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        loop="uvloop",
+        http=OneWriteHttpToolsProtocol,
+    )
 
 
 def _migrate(settings: Settings) -> None:

@@ -445,7 +445,8 @@ async def _before_deadline(awaitable: Any, ctx: RunContext) -> Any:
             awaitable.close()
         raise _DeadlinePassed
     try:
-        return await asyncio.wait_for(awaitable, remaining)
+        async with asyncio.timeout(remaining):  # unlike wait_for, no task of its own per call
+            return await awaitable
     except TimeoutError:
         raise _DeadlinePassed from None
 

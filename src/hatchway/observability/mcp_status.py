@@ -21,7 +21,6 @@ from sqlalchemy import select
 from hatchway.config.plugin import McpServerConfig, PluginConfig, load_plugin
 from hatchway.config.settings import Settings
 from hatchway.engine.context import Principal, RunContext
-from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
 from hatchway.engine.tools.mcp.pool import McpServerPool
 from hatchway.errors import ConfigError, HatchwayError
 from hatchway.store.db import Database
@@ -88,6 +87,8 @@ class McpServerReport:
         if not probe:
             cached = await listing.fresh()
             return {"reachable": None, "tools": _names(cached) if cached is not None else None, "error": None}
+        from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient  # the MCP SDK: see pool.py
+
         ctx = RunContext(principal=principal, deadline=time.monotonic() + PROBE_SECONDS)
         client = PluginMcpClient(
             PluginConfig(version="1", mcp_servers=[server]),

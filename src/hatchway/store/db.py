@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import ast
+import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import event, text
+import orjson
+from sqlalchemy import event, inspect, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.engine.url import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
@@ -28,6 +29,12 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def
     cur.close()
 
 
+def _json_dumps(value: object) -> str:
+    # JSON columns (request-log steps, stored responses) are written on every request: orjson is
+    # several times faster than the stdlib encoder SQLAlchemy uses by default.
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
 class Database:
     """One async engine per process; ``session()`` hands out short-lived sessions."""
 
@@ -35,7 +42,7 @@ class Database:
         self.url = url
         parsed = make_url(url)
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
-        kwargs: dict[str, object] = {"echo": echo}
+        kwargs: dict[str, object] = {"echo": echo, "json_serializer": _json_dumps}
         if self.is_sqlite:
             if parsed.database and parsed.database != ":memory:":
                 Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
@@ -53,8 +60,13 @@ class Database:
             yield session
 
     async def migrate(self) -> None:
-        """Apply every Alembic migration (all heads) under a lock, so replicas can start together."""
+        """Apply every Alembic migration (all heads) under a lock, so replicas can start together.
+
+        A database already at the heads is left alone without loading Alembic at all.
+        """
         async with self.engine.connect() as conn:
+            if await conn.run_sync(_at_heads):
+                return
             if not self.is_sqlite:
                 await conn.execute(text("SELECT pg_advisory_lock(:id)"), {"id": _MIGRATION_LOCK_ID})
             try:
@@ -73,7 +85,42 @@ class Database:
         await self.engine.dispose()
 
 
+@functools.cache
+def script_heads() -> frozenset[str]:
+    """The head revisions of the migration scripts, read from their source.
+
+    Hand-written rather than Alembic's ``ScriptDirectory`` because importing Alembic costs the
+    serving process ~0.3 s of start-up and ~10 MiB, for nothing when the database is up to date
+    (tests/store check that the answer matches Alembic's).
+    """
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for path in (MIGRATIONS_DIR / "versions").glob("*.py"):
+        values = {}
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+            ):
+                values[node.targets[0].id] = node.value
+        revisions.add(ast.literal_eval(values["revision"]))
+        down = ast.literal_eval(values["down_revision"]) if "down_revision" in values else None
+        parents.update([down] if isinstance(down, str) else down or ())
+    return frozenset(revisions - parents)
+
+
+def _at_heads(connection: Connection) -> bool:
+    if not inspect(connection).has_table("alembic_version"):
+        return False
+    applied = connection.execute(text("SELECT version_num FROM alembic_version")).scalars()
+    return frozenset(applied) == script_heads()
+
+
 def _upgrade(connection: Connection) -> None:
+    from alembic import command
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     cfg.attributes["connection"] = connection

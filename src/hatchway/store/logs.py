@@ -70,18 +70,28 @@ Record = LogRecord | RequestLog
 
 
 class LogWriter:
-    """Queues records and inserts them in batches; ``flush()`` waits until all queued ones are stored."""
+    """Queues records and inserts them in batches; ``flush()`` waits until all queued ones are stored.
 
-    def __init__(self, db: Database, *, batch_size: int = 200, linger_seconds: float = 0.01) -> None:
+    A record waits up to ``linger_seconds`` for company, so a quiet gateway writes several records
+    per transaction instead of one: a transaction costs about as much CPU as the request it logs,
+    much of it thread hand-offs to the SQLite driver (measured at concurrency 1: 2.4 ms of CPU per
+    request with 50 ms, 1.8 ms with 250 ms). ``flush()`` (read-your-writes reads) and ``close()``
+    cut the wait short, so no reader and no shutdown waits it out.
+    """
+
+    def __init__(self, db: Database, *, batch_size: int = 200, linger_seconds: float = 0.25) -> None:
         self.db = db
         self.batch_size = batch_size
         self.linger_seconds = linger_seconds
-        """How long the writer waits for more records before writing a lone one (fewer transactions)."""
         self._queue: asyncio.Queue[Record] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
+        self._held: list[Record] = []
+        """Records taken off the queue and not yet handed to ``_write`` (while the writer lingers)."""
         self._pending = 0
         self._drained = asyncio.Event()
         self._drained.set()
+        self._hurry = asyncio.Event()
+        """Set while someone waits in ``flush()``: the writer stops lingering."""
         self.observers: list[Callable[[Record], None]] = []
         """Called with each record as it is submitted (metrics); they must be quick and not raise."""
 
@@ -104,7 +114,8 @@ class LogWriter:
         """Wait until every record submitted so far is in the database."""
         if self._task is None:
             await self._write(self._take())
-        else:
+        elif self._pending:
+            self._hurry.set()
             await self._drained.wait()
 
     async def close(self) -> None:
@@ -114,6 +125,8 @@ class LogWriter:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        held, self._held = self._held, []
+        await self._write(held)  # cancelled while lingering: the records it held are written here
         while not self._queue.empty():
             await self._write(self._take())
 
@@ -125,10 +138,11 @@ class LogWriter:
 
     async def _drain(self) -> None:
         while True:
-            batch = [await self._queue.get()]
-            if self._queue.empty() and self.linger_seconds:
-                await asyncio.sleep(self.linger_seconds)
-            batch.extend(self._take())
+            self._held = [await self._queue.get()]
+            if self._queue.qsize() < self.batch_size - 1:
+                await self._linger()
+            self._held.extend(self._take())
+            batch, self._held = self._held, []
             write = asyncio.ensure_future(self._write(batch))
             try:
                 await asyncio.shield(write)
@@ -136,22 +150,32 @@ class LogWriter:
                 await write  # finish the batch in flight; close() writes the rest
                 raise
 
+    async def _linger(self) -> None:
+        if self.linger_seconds <= 0 or self._hurry.is_set():
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.linger_seconds):
+                await self._hurry.wait()
+
     async def _write(self, batch: list[Record]) -> None:
         if not batch:
             return
         try:
-            # A bulk INSERT of plain rows: no unit-of-work bookkeeping for objects nobody reads back.
-            async with self.db.session() as s:
-                await s.execute(insert(RequestLog), [_row(record) for record in batch])
+            # A bulk INSERT of plain rows on a connection: no ORM session or unit-of-work bookkeeping
+            # for rows nobody reads back.
+            async with self.db.engine.begin() as conn:
+                await conn.execute(_INSERT, [_row(record) for record in batch])
         except Exception:
             logger.exception("could not store %d request log record(s)", len(batch))
         finally:
             self._pending -= len(batch)
             if self._pending <= 0:
                 self._pending = 0
+                self._hurry.clear()
                 self._drained.set()
 
 
+_INSERT = insert(RequestLog.__table__)
 _COLUMNS = [(c.key, c.default) for c in RequestLog.__table__.columns]
 
 

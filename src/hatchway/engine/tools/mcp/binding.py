@@ -17,6 +17,7 @@ import binascii
 import dataclasses
 import fnmatch
 import hashlib
+import importlib
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,11 +31,10 @@ from hatchway.config.settings import AgentConfig, Settings
 from hatchway.engine.context import RunContext
 from hatchway.engine.tools.mcp.egress import check_egress
 from hatchway.engine.tools.mcp.forwarding import forwarded_headers
-from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
-from hatchway.engine.tools.mcp.toolset import McpToolset
 from hatchway.errors import ConfigError, Conflict, InvalidRequest, PermissionDenied, SecretNotFound
 
 if TYPE_CHECKING:
+    from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
     from hatchway.gateway import Gateway, RunPlan
 
 PLUGIN_HEADER = "hatchway-mcp-plugin"
@@ -68,6 +68,8 @@ class PluginBinding:
             if agent.plugin
         }
         self._inline: OrderedDict[str, PluginConfig] = OrderedDict()
+        if self._files:  # plugins are configured: load the MCP client now, not on the first request
+            importlib.import_module("hatchway.engine.tools.mcp.toolset")
 
     def _load(self, settings: Settings, name: str, field: str) -> PluginConfig:
         path = settings.resolve_path(name)
@@ -84,6 +86,8 @@ class PluginBinding:
             return
         if not bound.trusted:
             await _check_untrusted(bound, allow_private=gw.settings.allow_private_mcp_urls)
+        from hatchway.engine.tools.mcp.toolset import McpToolset  # with the MCP SDK: see pool.py
+
         client = await _client(gw, bound, ctx)
         agent = bound.plugin.agent
         if plan.agent is None or not plan.agent.tools:  # tools.yaml agents: see the module docstring
@@ -150,6 +154,8 @@ async def _client(gw: Gateway, bound: BoundPlugin, ctx: RunContext) -> PluginMcp
         except (SecretNotFound, PermissionDenied) as exc:  # name the plugin field, not "name"
             param = f"mcp_servers[{i}].auth.secret_ref"
             raise type(exc)(exc.message, param=param, code=exc.code) from None
+    from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
+
     return PluginMcpClient(
         bound.plugin,
         trusted=bound.trusted,

@@ -5,13 +5,18 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+from typing import TYPE_CHECKING
 
 import orjson
 
 from hatchway.config.plugin import McpServerConfig
-from hatchway.engine.tools.mcp.connection import McpConnection, ToolListing
 from hatchway.observability.log_redaction import install_log_redaction
 from hatchway.store.cache import Cache, MemoryCache
+
+if TYPE_CHECKING:
+    # The MCP SDK (~27 MiB) loads with the first connection, not with the gateway: a gateway that
+    # serves only plain models never needs it (see also ``binding.py``).
+    from hatchway.engine.tools.mcp.connection import McpConnection, ToolListing
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +63,8 @@ class McpServerPool:
         key = connection_key(server, org_id, trusted=trusted)
         connection = self._connections.get(key)
         if connection is None or connection.lost.is_set():
+            from hatchway.engine.tools.mcp.connection import McpConnection
+
             install_log_redaction()  # again: loggers of SDK modules imported since
             connection = McpConnection(server, self.listing(server, org_id, trusted=trusted), guard=guard)
             connection.start()
@@ -70,6 +77,8 @@ class McpServerPool:
         key = connection_key(server, org_id, trusted=trusted)
         listing = self._listings.get(key)
         if listing is None:
+            from hatchway.engine.tools.mcp.connection import ToolListing
+
             listing = ToolListing(self.cache, f"mcp:tools:{key}", self.tools_ttl_seconds)
             self._listings[key] = listing
         return listing

@@ -9,11 +9,13 @@ again at connect time would let a DNS answer that changes between the check and 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import httpx
+from typing import TYPE_CHECKING
 
 from hatchway.engine.tools.mcp.egress import IpAddress, forbidden_reason, resolve_host
 from hatchway.errors import McpAuthError
+
+if TYPE_CHECKING:  # only named in annotations; the serving process imports httpx on first use
+    import httpx
 
 
 @dataclass(frozen=True, slots=True)

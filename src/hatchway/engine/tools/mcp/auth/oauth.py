@@ -17,15 +17,17 @@ import ipaddress
 import re
 import ssl
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 from urllib.parse import quote_plus, urlsplit
 
-import httpx
 import orjson
 
 from hatchway.engine.tools.mcp.auth.assertion import ASSERTION_TYPE, sign_assertion
 from hatchway.engine.tools.mcp.auth.egress import PinnedAddress
 from hatchway.errors import McpAuthError
+
+if TYPE_CHECKING:  # httpx is imported when a token is first fetched (see assertion.py for why)
+    import httpx
 
 MAX_TOKEN_BODY = 64 * 1024
 DEFAULT_EXPIRES_IN = 300.0
@@ -129,15 +131,23 @@ class TokenEndpoint:
     def __init__(
         self,
         *,
-        verify: ssl.SSLContext | bool = True,
+        verify: ssl.SSLContext | bool | None = None,
         timeout: float = 10.0,
         max_body: int = MAX_TOKEN_BODY,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.verify = verify
+        self._verify = verify
+        """None: the system's CA store, in one context made on the first exchange (loading it costs
+        ~0.1 s and a few MiB, which a gateway without OAuth servers should not pay at start)."""
         self.timeout = timeout
         self.max_body = max_body
         self.transport = transport
+
+    @property
+    def verify(self) -> ssl.SSLContext | bool:
+        if self._verify is None:
+            self._verify = ssl.create_default_context()
+        return self._verify
 
     async def exchange(
         self,
@@ -153,6 +163,8 @@ class TokenEndpoint:
         """
         if problem := token_url_problem(grant.token_url):
             raise McpAuthError(f"{what}: token_url {problem}", code="oauth_bad_token_url")
+        import httpx
+
         limit = self.timeout if budget is None else max(min(budget, self.timeout), 0.001)
         endpoint = f"{what}: the OAuth token endpoint {_display(grant.token_url)}"
         try:
@@ -169,6 +181,8 @@ class TokenEndpoint:
     async def _post(
         self, grant: ClientCredentials, pin: PinnedAddress | None, endpoint: str
     ) -> tuple[int, bytes]:
+        import httpx
+
         headers, form = build_request(grant)
         url = httpx.URL(grant.token_url)
         extensions: dict[str, Any] = {}

@@ -14,9 +14,8 @@ import hashlib
 import ssl
 import time
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import httpx
 import orjson
 
 from hatchway.engine.context import RunContext
@@ -34,6 +33,9 @@ from hatchway.errors import HatchwayError, InvalidRequest, McpAuthError, Request
 from hatchway.store.cache import Cache
 from hatchway.vault.names import ref_problem
 from hatchway.vault.store import Secret, Vault
+
+if TYPE_CHECKING:  # imported on first use (see auth/assertion.py for why)
+    import httpx
 
 AUTH_TYPES = ("none", "bearer", "api_key", "oauth")
 DEFAULT_API_KEY_HEADER = "X-Api-Key"
@@ -76,7 +78,7 @@ class VaultCredentials:
         sealer = vault if isinstance(vault, Vault) else ProcessSealer()
         self.tokens = TokenCache(cache, sealer=sealer, clock=clock)
         self.endpoint = TokenEndpoint(
-            verify=ssl.create_default_context() if verify is None else verify,
+            verify=verify,
             timeout=token_timeout,
             transport=transport,
         )
@@ -150,6 +152,8 @@ class VaultCredentials:
         )
         pin = None
         if not trusted and not self.allow_private_hosts:
+            import httpx
+
             pin = await pin_public_address(httpx.URL(auth.token_url), what=f"{what}: token_url")
         # The exchange is part of the tool call: bounded by the server's timeout_ms, like the call.
         budget = min(ctx.remaining(), getattr(server, "timeout_ms", 10_000) / 1000)

@@ -1,0 +1,94 @@
+"""`hatchway serve` stopped (SIGTERM) while requests are in flight: each one is answered, and every
+answered request has its run-log record in the database once the process has exited."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import sqlite3
+import subprocess
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import yaml
+
+from tests.cli.test_cli import HATCHWAY
+from tests.support.gateway import create_org_key
+from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.support.servers import wait_until
+
+IN_FLIGHT = 8
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def test_sigterm_answers_requests_in_flight_and_keeps_their_log_records(
+    tmp_path: Path, llm: ScriptedLLM
+) -> None:
+    db_path = tmp_path / "h.db"
+    config = tmp_path / "hatchway.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "database_url": f"sqlite+aiosqlite:///{db_path}",
+                "providers": [{"id": "upstream", "base_url": llm.base_url}],
+                "models": [{"name": "gpt-4o", "provider": "upstream", "upstream_model": "gpt-4o-2024"}],
+            }
+        )
+    )
+    key = asyncio.run(create_org_key(f"sqlite+aiosqlite:///{db_path}")).key
+    gate = threading.Event()
+    llm.default = Reply(text="held until the gateway is stopping", gate=gate)
+    port = _free_port()
+    proc = subprocess.Popen(
+        [*HATCHWAY, "serve", "--config", str(config), "--port", str(port), "--log-level", "warning"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_until(lambda: _accepts(port), timeout=30, message="hatchway serve to listen")
+
+        def ask(i: int) -> httpx.Response:
+            return httpx.post(
+                f"http://127.0.0.1:{port}/v1/chat/completions",
+                json={"model": "gpt-4o", "messages": [{"role": "user", "content": f"question {i}"}]},
+                headers={"authorization": f"Bearer {key}"},
+                timeout=30,
+            )
+
+        with ThreadPoolExecutor(IN_FLIGHT) as pool:
+            answers = [pool.submit(ask, i) for i in range(IN_FLIGHT)]
+            wait_until(lambda: len(llm.requests) == IN_FLIGHT, timeout=30, message="every request upstream")
+            proc.send_signal(signal.SIGTERM)
+            wait_until(lambda: not _accepts(port), timeout=30, message="the gateway to stop listening")
+            gate.set()  # only now does the upstream answer: the gateway is shutting down
+            responses = [answer.result(timeout=30) for answer in answers]
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        gate.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+    assert [r.status_code for r in responses] == [200] * IN_FLIGHT, stderr
+    assert all(r.json()["choices"][0]["message"]["content"] for r in responses)
+    log_ids = {r.headers["x-hatchway-request-id"] for r in responses}
+    with sqlite3.connect(db_path) as db:
+        stored = {row[0] for row in db.execute("SELECT id FROM request_logs WHERE status = 'ok'")}
+    assert log_ids <= stored
