@@ -177,7 +177,7 @@ def test_compact_writes_a_record_like_the_other_endpoints(gateway, llm: Scripted
     first = client.responses.create(model="gpt-4o", input="Remember papaya.")
 
     raw = client.responses.with_raw_response.compact(model="gpt-4o", previous_response_id=first.id)
-    with pytest.raises(openai.BadRequestError):
+    with pytest.raises(openai.NotFoundError):
         client.responses.compact(model="gpt-4o", previous_response_id="resp_nowhere")
 
     record = log_of(gateway, raw.headers["x-hatchway-request-id"])
@@ -187,7 +187,7 @@ def test_compact_writes_a_record_like_the_other_endpoints(gateway, llm: Scripted
     assert record["rounds"] == 1
     assert [(s["type"], s["outcome"]) for s in record["steps"]] == [("model_call", "ok")]
     [refused] = [r for r in logs(gateway, status="error").json()["data"] if r["route"] == "responses.compact"]
-    assert refused["http_status"] == 400 and "resp_nowhere" in refused["error"]
+    assert refused["http_status"] == 404 and "resp_nowhere" in refused["error"]
 
 
 def test_subagent_children_are_linked_both_ways(gateway_factory, llm: ScriptedLLM) -> None:
