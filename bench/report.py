@@ -158,6 +158,13 @@ def _agentic_table(results: dict[str, Any]) -> list[str]:
             f"gateway's later calls), MCP tools/call "
             f"{direct['tool_call']['p50']:.2f} ms (official client, open session; subtracted as tool time)."
         )
+    alone = agentic.get("hatchway", {}).get("alone")
+    if alone:
+        measured += (
+            f" Hatchway's chat rows are measured interleaved (each iteration: model call alone, tool call "
+            f"alone, plain, 1 round, 3 rounds; aiohttp client), against their own alone figures: model "
+            f"call {alone['model_call']['p50']:.2f} ms, tool call {alone['tool_call']['p50']:.2f} ms."
+        )
     lines = [
         f"Agent loop, one request at a time; model latency {s['model_latency_ms']:g} ms per call, MCP tool "
         f"{s['tool_latency_ms']:g} ms (fan-out tools 200 ms, subagent children 500 ms). "

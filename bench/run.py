@@ -195,7 +195,17 @@ def measure(stack: Stack, args: argparse.Namespace, results: dict[str, Any]) -> 
         f"  alone: model call p50 {direct['model_call']['p50']:.2f} ms (subtracted for a run's first call, "
         f"{lat.model_ms:g} ms for the others), MCP tool call p50 {lat.tool_ms:.2f} ms (subtracted)"
     )
-    results["agentic"] = {"hatchway": agentic.hatchway(hatchway.base, stack.hatchway_key, lat, n, fan_n)}
+    results["agentic"] = {
+        "hatchway": agentic.hatchway(
+            hatchway.base,
+            stack.hatchway_key,
+            lat,
+            n,
+            fan_n,
+            model_url=f"{rounds.base}/v1/chat/completions",
+            mcp_url=f"{mcp['mcp-20ms'].base}/mcp",
+        )
+    }
     if litellm is not None:
         results["agentic"]["litellm"] = agentic.litellm(litellm.base, LITELLM_KEY, lat, n, fan_n)
 
