@@ -1,4 +1,4 @@
-"""Shared pieces of the benchmarks: free ports, processes that must be up, percentiles."""
+"""Shared pieces of the benchmarks: free ports, processes that must be up, percentiles, an API key."""
 
 from __future__ import annotations
 
@@ -87,3 +87,17 @@ def python() -> str:
 
 def run(coro):  # type: ignore[no-untyped-def]
     return asyncio.run(coro)
+
+
+async def bench_key(database_url: str) -> str:
+    """Migrate the gateway's database and return an API key of a new organisation ``bench``."""
+    from hatchway.store.db import Database
+    from hatchway.store.orgs import OrgStore
+
+    db = Database(database_url)
+    await db.migrate()
+    store = OrgStore(db)
+    org = await store.create_org("bench")
+    _, key = await store.create_key(org.id)
+    await db.close()
+    return key

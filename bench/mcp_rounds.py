@@ -31,8 +31,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from bench.common import ROOT, free_port, process, python, sequential_latencies, summary, wait_http
-from bench.passthrough import _key
+from bench.common import ROOT, bench_key, free_port, process, python, sequential_latencies, summary, wait_http
 
 
 def _body(model: str) -> bytes:
@@ -87,7 +86,7 @@ def measure(requests: int, model_latency_ms: float, tool_latency_ms: float) -> d
         tmp = Path(tmp_name)
         up_port, mcp_port, gw_port = free_port(), free_port(), free_port()
         config, db_url = _write_config(tmp, up_port, mcp_port)
-        key = asyncio.run(_key(db_url))
+        key = asyncio.run(bench_key(db_url))
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         upstream = [
             python(),

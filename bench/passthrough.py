@@ -18,21 +18,9 @@ from pathlib import Path
 
 import yaml
 
-from bench.common import ROOT, free_port, process, python, sequential_latencies, summary, wait_http
-from hatchway.store.db import Database
-from hatchway.store.orgs import OrgStore
+from bench.common import ROOT, bench_key, free_port, process, python, sequential_latencies, summary, wait_http
 
 BODY = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "ping"}]}).encode()
-
-
-async def _key(database_url: str) -> str:
-    db = Database(database_url)
-    await db.migrate()
-    store = OrgStore(db)
-    org = await store.create_org("bench")
-    _, key = await store.create_key(org.id)
-    await db.close()
-    return key
 
 
 def measure(requests: int, latency_ms: float) -> dict[str, object]:
@@ -49,7 +37,7 @@ def measure(requests: int, latency_ms: float) -> dict[str, object]:
                 }
             )
         )
-        key = asyncio.run(_key(db_url))
+        key = asyncio.run(bench_key(db_url))
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         upstream = [
             python(),

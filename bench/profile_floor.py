@@ -13,6 +13,8 @@ import argparse
 
 import aiohttp
 
+from bench.asgi import asgi_lifespan
+
 
 def make_httpx_app(upstream: str):  # type: ignore[no-untyped-def]
     """The same proxy on one pooled httpx.AsyncClient (to compare the two clients under load)."""
@@ -23,7 +25,7 @@ def make_httpx_app(upstream: str):  # type: ignore[no-untyped-def]
     async def app(scope, receive, send):  # type: ignore[no-untyped-def]
         nonlocal client
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await asgi_lifespan(receive, send)
             return
         if client is None:
             limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
@@ -37,16 +39,6 @@ def make_httpx_app(upstream: str):  # type: ignore[no-untyped-def]
         await _answer(send, response.status_code, response.content)
 
     return app
-
-
-async def _lifespan(receive, send):  # type: ignore[no-untyped-def]
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
 
 
 async def _ok(send):  # type: ignore[no-untyped-def]
@@ -75,7 +67,7 @@ def make_app(upstream: str):  # type: ignore[no-untyped-def]
     async def app(scope, receive, send):  # type: ignore[no-untyped-def]
         nonlocal session
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await asgi_lifespan(receive, send)
             return
         if session is None:
             session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=200))

@@ -23,8 +23,8 @@ from pathlib import Path
 import httpx
 import yaml
 
-from bench.common import ROOT, free_port, process, python, summary, wait_http
-from bench.passthrough import BODY, _key
+from bench.common import ROOT, bench_key, free_port, process, python, summary, wait_http
+from bench.passthrough import BODY
 
 WRK_SCRIPT = """
 wrk.method = "POST"
@@ -145,7 +145,7 @@ def main() -> None:
                 }
             )
         )
-        key = asyncio.run(_key(db_url))
+        key = asyncio.run(bench_key(db_url))
         paths = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, str(ROOT)])}  # another checkout first
         upstream = [python(), str(ROOT / "bench" / "upstream.py"), "--port", str(up_port)]

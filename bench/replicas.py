@@ -34,9 +34,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ROOT, free_port, process, python, summary, wait_http
-from hatchway.store.db import Database
-from hatchway.store.orgs import OrgStore
+from bench.common import ROOT, bench_key, free_port, process, python, summary, wait_http
 
 BODY = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "ping"}]}).encode()
 
@@ -50,16 +48,6 @@ async def _admin(database_url: str, sql: str) -> None:
         await conn.execute(sql)
     finally:
         await conn.close()
-
-
-async def _key(database_url: str) -> str:
-    db = Database(database_url)
-    await db.migrate()
-    store = OrgStore(db)
-    org = await store.create_org("bench")
-    _, key = await store.create_key(org.id)
-    await db.close()
-    return key
 
 
 async def throughput(urls: list[str], key: str, total: int, concurrency: int) -> dict[str, float]:
@@ -122,7 +110,7 @@ def _measure(
         if redis_url:
             settings |= {"redis_url": redis_url, "redis_prefix": f"hatchway-bench-{uuid.uuid4().hex[:8]}:"}
         config.write_text(yaml.safe_dump(settings))
-        key = asyncio.run(_key(database_url))
+        key = asyncio.run(bench_key(database_url))
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         upstream = [
             python(),

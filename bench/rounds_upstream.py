@@ -23,6 +23,8 @@ import asyncio
 import json
 from dataclasses import dataclass
 
+from bench.asgi import asgi_lifespan
+
 USAGE = {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}
 
 
@@ -163,13 +165,8 @@ def reply_for(turn: Turn) -> tuple[bytes, bool]:
 def make_app(latency_s: float, child_latency_s: float = 0.5):  # type: ignore[no-untyped-def]
     async def app(scope, receive, send):  # type: ignore[no-untyped-def]
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await asgi_lifespan(receive, send)
+            return
         chunks, more = [], True
         while more:
             message = await receive()

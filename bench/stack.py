@@ -19,8 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.common import ROOT, free_port, wait_http
-from bench.passthrough import _key
+from bench.common import ROOT, bench_key, free_port, wait_http
 
 BENCH = ROOT / "bench"
 LITELLM_VERSION = "1.108.7"
@@ -196,7 +195,7 @@ def start_hatchway(stack: Stack, upstream: Server, rounds: Server | None, mcp: d
         ]
     path = stack.tmp / "hatchway.yaml"
     path.write_text(yaml.safe_dump(config))
-    stack.hatchway_key = asyncio.run(_key(db_url))
+    stack.hatchway_key = asyncio.run(bench_key(db_url))
     port = free_port()
     args = [sys.executable, "-m", "hatchway", "serve", "--config", str(path), "--port", str(port)]
     args += ["--log-level", "warning"]

@@ -9,6 +9,8 @@ import argparse
 import asyncio
 import json
 
+from bench.asgi import asgi_lifespan
+
 BODY = json.dumps(
     {
         "id": "chatcmpl-bench",
@@ -24,13 +26,8 @@ BODY = json.dumps(
 def make_app(latency_s: float):  # type: ignore[no-untyped-def]
     async def app(scope, receive, send):  # type: ignore[no-untyped-def]
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await asgi_lifespan(receive, send)
+            return
         more = True
         while more:
             message = await receive()
