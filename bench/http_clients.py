@@ -1,6 +1,6 @@
 """httpx vs aiohttp as the pooled upstream client, at concurrency 64 against the fixed-latency upstream.
 
-    python bench/http_clients.py [--requests 4000] [--concurrency 64] [--latency-ms 20]
+    python -m bench.http_clients [--requests 4000] [--concurrency 64] [--latency-ms 20]
 
 Each client keeps `concurrency` requests in flight on one event loop (uvloop), one pooled client,
 as a gateway does towards its upstream; printed: req/s and latency percentiles. The gateway's

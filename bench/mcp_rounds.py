@@ -1,6 +1,6 @@
 """The agent loop's own overhead per tool round: total time − model time − tool time.
 
-    python bench/mcp_rounds.py [--requests 300] [--model-latency-ms 20] [--tool-latency-ms 20]
+    python -m bench.mcp_rounds [--requests 300] [--model-latency-ms 20] [--tool-latency-ms 20]
 
 Starts, as separate processes on loopback, a scripted two-round upstream (round 1 asks for one MCP
 tool call, round 2 answers; each response takes exactly --model-latency-ms), a fixed-latency MCP

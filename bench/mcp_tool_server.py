@@ -1,6 +1,6 @@
 """A fixed-latency MCP server for benchmarks, built with the official SDK (streamable HTTP).
 
-    python bench/mcp_tool_server.py --port 9102 --latency-ms 20
+    python -m bench.mcp_tool_server --port 9102 --latency-ms 20
 
 One tool, ``lookup(q)``, that waits ``--latency-ms`` and answers.
 """

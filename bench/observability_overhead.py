@@ -4,7 +4,7 @@ Times N direct ASGI calls of a trivial route through ``ObservabilityMiddleware``
 with tracing off (the default) and on (an SDK tracer provider with no exporter), plus the per-run
 hooks: ``Telemetry.instrument`` + the record observer.
 
-Run: ``.venv/bin/python bench/observability_overhead.py``.
+Run: ``.venv/bin/python -m bench.observability_overhead``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Added latency of a pass-through chat completion: direct to the upstream vs through Hatchway.
 
-    python bench/passthrough.py [--requests 2000] [--latency-ms 20]
+    python -m bench.passthrough [--requests 2000] [--latency-ms 20]
 
 Starts a fixed-latency upstream and `hatchway serve` (one worker) as separate processes on
 loopback, then sends the same request sequentially (concurrency 1) to each and prints p50/p90/p99

@@ -1,6 +1,6 @@
 """The floor for bench/profile_hot.py: a bare aiohttp pass-through proxy as a raw ASGI app under uvicorn.
 
-    python bench/profile_floor.py --port 9200 --upstream http://127.0.0.1:9100/v1
+    python -m bench.profile_floor --port 9200 --upstream http://127.0.0.1:9100/v1
 
 No auth, no parsing, no logging: what one Python hop (uvloop + httptools + one pooled aiohttp
 session) costs on this machine, to compare the gateway's added latency with. ``--client httpx``

@@ -1,6 +1,6 @@
 """Profile and measure the chat-completions hot path (a developer tool, not part of `make bench`).
 
-    python bench/profile_hot.py [--requests 2000] [--wrk-seconds 10] [--profile out.svg|out.speedscope]
+    python -m bench.profile_hot [--requests 2000] [--wrk-seconds 10] [--profile out.svg|out.speedscope]
 
 Starts the fixed-latency upstream and `hatchway serve` (one worker, optionally under `py-spy record`),
 then measures: c=1 added latency (httpx client, sequential, direct vs through), c=64 throughput and

@@ -1,6 +1,6 @@
 """Pass-through chat throughput at concurrency 64: one `hatchway serve` replica vs two.
 
-    python bench/replicas.py [--requests 4000] [--concurrency 64] [--latency-ms 20] [--rounds 2]
+    python -m bench.replicas [--requests 4000] [--concurrency 64] [--latency-ms 20] [--rounds 2]
                              [--database-url postgresql+asyncpg://…] [--redis-url redis://…]
 
 Starts a fixed-latency upstream and two `hatchway serve` processes sharing one PostgreSQL database

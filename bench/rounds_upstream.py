@@ -1,7 +1,7 @@
 """A scripted OpenAI-compatible upstream for the agent-loop benchmarks (raw ASGI; chat completions
 and a minimal Responses API, for gateways that call that).
 
-    python bench/rounds_upstream.py --port 9101 --latency-ms 20 [--child-latency-ms 500]
+    python -m bench.rounds_upstream --port 9101 --latency-ms 20 [--child-latency-ms 500]
 
 What it answers depends on the upstream model named in the request:
 

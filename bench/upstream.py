@@ -1,6 +1,6 @@
 """A fixed-latency OpenAI-compatible upstream for benchmarks: raw ASGI, canned body, no framework cost.
 
-python bench/upstream.py --port 9100 --latency-ms 20
+python -m bench.upstream --port 9100 --latency-ms 20
 """
 
 from __future__ import annotations
