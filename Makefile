@@ -25,7 +25,7 @@ demo: venv
 
 # Hatchway vs direct vs LiteLLM (bench/run.py; LiteLLM gets its own venv under bench/ on first run).
 bench: venv
-	@$(BIN)/python -c "import matplotlib" 2>/dev/null || $(BIN)/pip install --quiet -e '.[dev,bench]'
+	@$(BIN)/python -c "import matplotlib, aiohttp" 2>/dev/null || $(BIN)/pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 lint: venv

@@ -1,16 +1,20 @@
-"""httpx vs aiohttp as the pooled upstream client, at concurrency 64 against the fixed-latency upstream.
+"""httpx vs aiohttp vs the gateway's own pool (``upstream_http``) as the pooled upstream client.
 
     python -m bench.http_clients [--requests 4000] [--concurrency 64] [--latency-ms 20]
 
 Each client keeps `concurrency` requests in flight on one event loop (uvloop), one pooled client,
-as a gateway does towards its upstream; printed: req/s and latency percentiles. The gateway's
-upstream client is aiohttp; this is why (httpx's pool serialises under contention).
+as a gateway does towards its upstream, then sends requests one at a time (concurrency 1);
+printed: req/s and latency percentiles at `concurrency`, and p50 and CPU per request at
+concurrency 1 (the client process's own CPU time). This is why the gateway has its own pool:
+httpx's serialises under contention, and aiohttp's per-request machinery costs more CPU than the
+rest of a pass-through request.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import resource
 import sys
 import tempfile
 import time
@@ -68,19 +72,58 @@ async def _aiohttp(url: str, requests: int, concurrency: int) -> dict[str, float
         return await _drive(send, requests, concurrency)
 
 
+async def _hatchway(url: str, requests: int, concurrency: int) -> dict[str, float]:
+    from hatchway.engine.providers.upstream_http import UpstreamPool
+
+    pool = UpstreamPool(url, headers=HEADERS, connect_timeout=5, read_timeout=30, max_connections=concurrency)
+    try:
+
+        async def send() -> None:
+            async with await pool.post(BODY) as response:
+                await response.read()
+                if response.status >= 400:
+                    raise RuntimeError(f"HTTP {response.status}")
+
+        await _drive(send, concurrency * 4, concurrency)
+        return await _drive(send, requests, concurrency)
+    finally:
+        await pool.aclose()
+
+
+CLIENTS = (("httpx", _httpx), ("aiohttp", _aiohttp), ("hatchway", _hatchway))
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def _both(fn, url: str, requests: int, concurrency: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    out = await fn(url, requests, concurrency)
+    sequential = max(100, requests // 20)
+    cpu = _cpu()
+    one = await fn(url, sequential, 1)
+    out["c1_p50"] = one["p50"]
+    out["c1_cpu_ms"] = (_cpu() - cpu) * 1000 / (sequential + 4)  # + the warm-up requests
+    return out
+
+
 def compare(url: str, requests: int = 4000, concurrency: int = 64) -> dict[str, dict[str, float]]:
     import uvloop
 
     out = {}
-    for name, fn in (("httpx", _httpx), ("aiohttp", _aiohttp)):
-        out[name] = uvloop.run(fn(url, requests, concurrency))
+    for name, fn in CLIENTS:
+        out[name] = uvloop.run(_both(fn, url, requests, concurrency))
     return out
 
 
 def print_table(result: dict[str, dict[str, float]]) -> None:
-    print(f"{'client':<8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8}")
+    print(f"{'client':<9} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'c=1 p50':>8} {'c=1 CPU ms':>10}")
     for name, r in result.items():
-        print(f"{name:<8} {r['rps']:>8.0f} {r['p50']:>8.2f} {r['p99']:>8.2f}")
+        print(
+            f"{name:<9} {r['rps']:>8.0f} {r['p50']:>8.2f} {r['p99']:>8.2f} {r.get('c1_p50', 0):>8.2f} "
+            f"{r.get('c1_cpu_ms', 0):>10.3f}"
+        )
 
 
 def main() -> None:

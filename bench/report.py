@@ -269,10 +269,14 @@ def markdown(results: dict[str, Any]) -> str:
             lines += ["", f"## {title}", "", *part]
     clients = results.get("http_clients")
     if clients:
-        lines += ["", "## HTTP clients (c=64 against the upstream)", ""]
-        lines += [_row(["client", "req/s", "p50 ms", "p99 ms"]), _row(["---", "---:", "---:", "---:"])]
+        lines += ["", "## Upstream HTTP clients (against the upstream, c=64 then c=1)", ""]
+        lines += [
+            _row(["client", "req/s", "p50 ms", "p99 ms", "c=1 p50 ms", "c=1 CPU ms/request"]),
+            _row(["---", "---:", "---:", "---:", "---:", "---:"]),
+        ]
         for name, r in clients.items():
-            lines.append(_row([name, f"{r['rps']:.0f}", f"{r['p50']:.2f}", f"{r['p99']:.2f}"]))
+            c1 = [f"{r['c1_p50']:.2f}", f"{r['c1_cpu_ms']:.3f}"] if "c1_p50" in r else ["", ""]
+            lines.append(_row([name, f"{r['rps']:.0f}", f"{r['p50']:.2f}", f"{r['p99']:.2f}", *c1]))
     for name, text in results.get("extras", {}).items():
         lines += ["", f"## {name}", "", "```", text.rstrip(), "```"]
     return "\n".join(lines) + "\n"

@@ -9,10 +9,12 @@ on first run) pointed at the same upstream, then measures:
 1. pass-through load with wrk (Lua POST script, 1 thread) at concurrency 1, 16 and 64, and at a
    fixed rate with an open-loop generator (wrk has none): req/s, p50/p90/p99, added latency vs
    direct, non-2xx and socket errors, CPU per request, peak RSS (VmHWM of the process tree);
+   concurrency 1 runs in short slices taking turns across the targets, so a machine whose speed
+   drifts over the run (a shared box) slows every target alike;
 2. idle gaps of ~5 s (the upstream's keep-alive timeout) through each gateway: 5xx counted;
 3. the agent loop (bench/agentic.py): 1 and 3 MCP tool rounds, 8 parallel tools, 8 subagents;
-4. extras: httpx vs aiohttp (bench/http_clients.py), observability overhead, replicas (with
-   HATCHWAY_TEST_DATABASE_URL).
+4. extras: httpx vs aiohttp vs the gateway's pool (bench/http_clients.py), observability overhead,
+   replicas (with HATCHWAY_TEST_DATABASE_URL).
 
 Writes bench/results/<date-time>.json, .md and .png, prints the table and one line per target.
 """
@@ -25,6 +27,7 @@ import io
 import os
 import platform
 import shlex
+import statistics
 import sys
 import tempfile
 import time
@@ -80,6 +83,25 @@ def machine(litellm_version: str | None, wrk_version: str) -> dict[str, Any]:
     }
 
 
+def sliced(targets: list[Target], seconds: float, slices: int = 4) -> dict[str, dict[str, float]]:
+    """Concurrency 1 in ``slices`` short wrk runs per target, taking turns (direct, hatchway, litellm,
+    direct, …): each figure is the median of its slices, counts are summed. One long run per target
+    lets a drift of the machine's speed over the run (seen here: ±0.2 ms at p50 between runs minutes
+    apart) land on one target only; turns spread it over all of them."""
+    runs: dict[str, list[dict[str, float]]] = {t.name: [] for t in targets}
+    for _ in range(slices):
+        for t in targets:
+            runs[t.name].append(wrk(t, BODY, connections=1, seconds=max(1.0, seconds / slices)))
+    out = {}
+    for name, parts in runs.items():
+        combined = {k: statistics.median(p[k] for p in parts) for k in ("rps", "p50", "p90", "p99", "mean")}
+        combined["max"] = max(p["max"] for p in parts)
+        for k in ("requests", "non_2xx", "socket_errors"):
+            combined[k] = sum(p[k] for p in parts)
+        out[name] = combined
+    return out
+
+
 def measure_load(
     targets: list[Target], servers: dict[str, Server], args: argparse.Namespace
 ) -> tuple[dict[str, Any], dict[str, float]]:
@@ -87,14 +109,19 @@ def measure_load(
     cpu_per_request: dict[str, float] = {}
     for t in targets:  # warm each target's pools and caches; not recorded
         wrk(t, BODY, connections=64, seconds=2)
+    for t, run in sliced(targets, args.seconds).items():
+        load[t]["c1"] = run
     for connections in (1, 16, 64):
         for t in targets:
             server = servers[t.name]
-            cpu_before = server.cpu_seconds()
-            run = wrk(t, BODY, connections=connections, seconds=args.seconds)
+            if connections == 1:
+                run = load[t.name]["c1"]
+            else:
+                cpu_before = server.cpu_seconds()
+                run = wrk(t, BODY, connections=connections, seconds=args.seconds)
+                load[t.name][f"c{connections}"] = run
             if connections == 64:
                 cpu_per_request[t.name] = (server.cpu_seconds() - cpu_before) * 1000 / max(1, run["requests"])
-            load[t.name][f"c{connections}"] = run
             say(
                 f"  {t.name:<9} c={connections:<3} {run['rps']:8.0f} req/s  p50 {run['p50']:7.2f}  "
                 f"p99 {run['p99']:7.2f} ms  non-2xx {run['non_2xx']}  socket errors {run['socket_errors']}"
@@ -209,7 +236,7 @@ def measure(stack: Stack, args: argparse.Namespace, results: dict[str, Any]) -> 
     if litellm is not None:
         results["agentic"]["litellm"] = agentic.litellm(litellm.base, LITELLM_KEY, lat, n, fan_n)
 
-    say("httpx vs aiohttp against the upstream (c=64)…")
+    say("upstream clients: httpx vs aiohttp vs the gateway's pool (c=64, then c=1)…")
     results["http_clients"] = http_clients.compare(f"{upstream.base}/v1/chat/completions", 4000, 64)
     http_clients.print_table(results["http_clients"])
 

@@ -1,4 +1,4 @@
-"""Secret values kept out of third-party log lines (the MCP SDK, httpx/httpcore, aiohttp).
+"""Secret values kept out of third-party log lines (the MCP SDK, httpx/httpcore).
 
 At DEBUG the MCP SDK logs every JSON-RPC message it sends and receives — tool arguments and
 results, where a secret may travel — and httpcore logs response headers. ``SecretLogFilter`` rewrites
@@ -19,7 +19,7 @@ import re
 import threading
 
 REDACTED = "[REDACTED]"
-LIBRARIES = ("mcp", "httpx", "httpx2", "httpcore", "httpcore2", "aiohttp")
+LIBRARIES = ("mcp", "httpx", "httpx2", "httpcore", "httpcore2")
 _PAYLOAD_LOGGERS = (
     "mcp.client.streamable_http",  # "Sending client message: …", "SSE message: …"
     "mcp.client.sse",  # "Received server message: …", "Sending client message: …"
@@ -33,7 +33,6 @@ _PAYLOAD_LOGGERS = (
     "httpcore.http2",
     "httpcore2.http11",
     "httpcore2.http2",
-    "aiohttp.client",
 )
 _CREDENTIALS = (
     (re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=-]{8,}"), rf"\1\2{REDACTED}"),

@@ -3,14 +3,15 @@
 A sealed blob is ``version byte || 12-byte random nonce || ciphertext+tag``. The associated data
 binds a blob to where it belongs (organisation and secret name, or organisation for a data key),
 so a row copied to another organisation or name fails to open instead of decrypting.
+
+``cryptography`` is imported on the first seal or open, not with this module: its OpenSSL bindings
+cost ~7 MiB of resident memory (``bench/profile_hot.py``), which a gateway that never touches a
+secret, an OAuth token or a compaction blob need not carry.
 """
 
 from __future__ import annotations
 
 import os
-
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from hatchway.errors import DecryptionError
 
@@ -35,6 +36,8 @@ def blob_aad(org_id: str, purpose: str) -> bytes:
 
 def seal(key: bytes, plaintext: bytes, aad: bytes) -> bytes:
     """Encrypt and authenticate ``plaintext`` under ``key`` bound to ``aad``."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
     nonce = os.urandom(NONCE_BYTES)
     return FORMAT_V1 + nonce + AESGCM(key).encrypt(nonce, plaintext, aad)
 
@@ -43,6 +46,9 @@ def open_sealed(key: bytes, blob: bytes, aad: bytes, *, what: str) -> bytes:
     """Decrypt a sealed blob; DecryptionError (never garbage) when the key, data or binding is wrong."""
     if len(blob) < 1 + NONCE_BYTES + 16 or blob[:1] != FORMAT_V1:
         raise DecryptionError(f"{what}: the stored ciphertext is malformed")
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
     nonce, body = blob[1 : 1 + NONCE_BYTES], blob[1 + NONCE_BYTES :]
     try:
         return AESGCM(key).decrypt(nonce, body, aad)
