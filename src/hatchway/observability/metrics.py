@@ -95,6 +95,7 @@ class Metrics:
         self._tool = BoundedLabel()
         self._server = BoundedLabel()
         self._http_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._children: dict[tuple[Any, ...], Any] = {}
 
     def observe_http(self, route: str, method: str, status: int, seconds: float) -> None:
         """One HTTP request; label children are cached so the hot path is two method calls."""
@@ -111,22 +112,34 @@ class Metrics:
         """One run's record: counts, latency, rounds, tokens and its tool calls."""
         model = self._model(record.model)
         route = record.route
-        self.runs.labels(route, model, record.status).inc()
-        self.run_latency.labels(route, model, record.status).observe((record.latency_ms or 0) / 1000)
+        child = self._child
+        child(self.runs, route, model, record.status).inc()
+        child(self.run_latency, route, model, record.status).observe((record.latency_ms or 0) / 1000)
         if record.rounds:
-            self.rounds.labels(route, model).observe(record.rounds)
+            child(self.rounds, route, model).observe(record.rounds)
         if record.prompt_tokens:
-            self.tokens.labels(model, "input").inc(record.prompt_tokens)
+            child(self.tokens, model, "input").inc(record.prompt_tokens)
         if record.completion_tokens:
-            self.tokens.labels(model, "output").inc(record.completion_tokens)
+            child(self.tokens, model, "output").inc(record.completion_tokens)
         for step in record.steps or ():
             if step.get("type") != "tool_call":
                 continue
             server = self._server(step.get("server"))
             tool = self._tool(str(step.get("tool") or step.get("name") or ""))
-            self.tool_calls.labels(server, tool, str(step.get("outcome") or "ok")).inc()
+            child(self.tool_calls, server, tool, str(step.get("outcome") or "ok")).inc()
             if step.get("cached"):
-                self.tool_cache_hits.labels(server, tool).inc()
+                child(self.tool_cache_hits, server, tool).inc()
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, remembered: prometheus-client's lookup (a lock, label checks)
+        costs more than the update it precedes, once per record per series."""
+        key = (metric, *labels)
+        found = self._children.get(key)
+        if found is None:
+            found = metric.labels(*labels)
+            if len(self._children) < 16 * _MAX_LABEL_VALUES:  # label values are bounded; so is this
+                self._children[key] = found
+        return found
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
