@@ -128,6 +128,25 @@ async def test_log_writer_close_while_lingering_keeps_the_held_record(db: Databa
     assert len(await RequestLogStore(db).list(org, LogQuery())) == 1
 
 
+async def test_log_writer_writes_a_full_batch_without_waiting_out_the_linger(db: Database) -> None:
+    writer = LogWriter(db, batch_size=5, linger_seconds=60)
+    writer.start()
+    org = new_id("org")
+    writer.submit(_record(org))
+    with anyio.fail_after(5):  # the writer holds the first record and waits for company
+        while not writer._queue.empty():
+            await anyio.sleep(0)
+    for _ in range(4):
+        writer.submit(_record(org))  # with these the batch is full
+    store = RequestLogStore(db)
+    with anyio.fail_after(5):  # stored long before the 60 s linger ends, with nobody flushing
+        while len(await store.list(org, LogQuery())) < 5:
+            await anyio.sleep(0.01)
+    writer.submit(_record(org))  # one record alone lingers again; close() writes it
+    await writer.close()
+    assert len(await store.list(org, LogQuery())) == 6
+
+
 async def test_log_writer_flush_does_not_wait_out_the_linger(db: Database) -> None:
     writer = LogWriter(db, linger_seconds=60)
     writer.start()

@@ -3,7 +3,8 @@
 A tracer provider may be injected (tests pass one with an ``InMemorySpanExporter``); else one is
 built when ``otel.endpoint`` is set in hatchway.yaml or ``OTEL_EXPORTER_OTLP_ENDPOINT`` /
 ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is in the environment. Without either, ``Tracing.tracer``
-is None and nothing on the request path creates spans at all.
+is None and nothing on the request path creates spans at all — and the SDK is not even imported
+(the request path needs only the API; the SDK is imported when a provider is built).
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Tracer
 
 from hatchway.config.settings import Settings
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +79,9 @@ def _traces_url(base: str) -> str:
 def build_otlp_provider(settings: Settings, endpoint: str) -> TracerProvider:
     """An SDK provider exporting in batches over OTLP/HTTP (protobuf)."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     service = settings.otel.service_name or os.environ.get("OTEL_SERVICE_NAME") or "hatchway"
     provider = TracerProvider(resource=Resource.create({"service.name": service}))

@@ -76,7 +76,8 @@ class LogWriter:
     per transaction instead of one: a transaction costs about as much CPU as the request it logs,
     much of it thread hand-offs to the SQLite driver (measured at concurrency 1: 2.4 ms of CPU per
     request with 50 ms, 1.8 ms with 250 ms). ``flush()`` (read-your-writes reads) and ``close()``
-    cut the wait short, so no reader and no shutdown waits it out.
+    cut the wait short, so no reader and no shutdown waits it out; so does a full batch, so a busy
+    gateway holds about one batch in memory, not a linger's worth of records (~740 at 2,900 req/s).
     """
 
     def __init__(self, db: Database, *, batch_size: int = 200, linger_seconds: float = 0.25) -> None:
@@ -92,6 +93,8 @@ class LogWriter:
         self._drained.set()
         self._hurry = asyncio.Event()
         """Set while someone waits in ``flush()``: the writer stops lingering."""
+        self._wake = asyncio.Event()
+        """Ends a linger early: set by ``flush()`` and when a full batch is waiting."""
         self.observers: list[Callable[[Record], None]] = []
         """Called with each record as it is submitted (metrics); they must be quick and not raise."""
 
@@ -109,6 +112,8 @@ class LogWriter:
         self._pending += 1
         self._drained.clear()
         self._queue.put_nowait(record)
+        if len(self._held) + self._queue.qsize() >= self.batch_size:
+            self._wake.set()  # a full batch has nothing to wait for
 
     async def flush(self) -> None:
         """Wait until every record submitted so far is in the database."""
@@ -116,6 +121,7 @@ class LogWriter:
             await self._write(self._take())
         elif self._pending:
             self._hurry.set()
+            self._wake.set()
             await self._drained.wait()
 
     async def close(self) -> None:
@@ -151,11 +157,12 @@ class LogWriter:
                 raise
 
     async def _linger(self) -> None:
+        self._wake.clear()
         if self.linger_seconds <= 0 or self._hurry.is_set():
             return
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.linger_seconds):
-                await self._hurry.wait()
+                await self._wake.wait()
 
     async def _write(self, batch: list[Record]) -> None:
         if not batch:
