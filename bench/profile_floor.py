@@ -4,7 +4,8 @@
 
 No auth, no parsing, no logging: what one Python hop (uvloop + httptools + one pooled aiohttp
 session) costs on this machine, to compare the gateway's added latency with. ``--client httpx``
-runs the same proxy on one pooled httpx client, to compare the two under concurrency.
+runs the same proxy on one pooled httpx client, ``--client hatchway`` on the gateway's own pool
+(``engine/providers/upstream_http.py``), to compare the three.
 """
 
 from __future__ import annotations
@@ -61,6 +62,33 @@ async def _answer(send, status: int, body: bytes) -> None:  # type: ignore[no-un
     await send({"type": "http.response.body", "body": body})
 
 
+def make_pool_app(upstream: str):  # type: ignore[no-untyped-def]
+    """The same proxy on the gateway's own upstream pool."""
+    from hatchway.engine.providers.upstream_http import UpstreamPool
+
+    pool: UpstreamPool | None = None
+
+    async def app(scope, receive, send):  # type: ignore[no-untyped-def]
+        nonlocal pool
+        if scope["type"] == "lifespan":
+            await asgi_lifespan(receive, send)
+            return
+        if pool is None:
+            headers = {"content-type": "application/json"}
+            url = upstream + "/chat/completions"
+            pool = UpstreamPool(
+                url, headers=headers, connect_timeout=5, read_timeout=120, max_connections=200
+            )
+        if scope["path"] in ("/", "/healthz"):
+            await _ok(send)
+            return
+        body = await _body(receive)
+        async with await pool.post(body) as response:
+            await _answer(send, response.status, await response.read())
+
+    return app
+
+
 def make_app(upstream: str):  # type: ignore[no-untyped-def]
     session: aiohttp.ClientSession | None = None
 
@@ -88,10 +116,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True)
-    parser.add_argument("--client", choices=("aiohttp", "httpx"), default="aiohttp")
+    parser.add_argument("--client", choices=("aiohttp", "httpx", "hatchway"), default="aiohttp")
     args = parser.parse_args()
+    factory = {"aiohttp": make_app, "httpx": make_httpx_app, "hatchway": make_pool_app}[args.client]
     uvicorn.run(
-        (make_httpx_app if args.client == "httpx" else make_app)(args.upstream),
+        factory(args.upstream),
         host="127.0.0.1",
         port=args.port,
         log_level="warning",

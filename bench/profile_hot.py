@@ -129,7 +129,7 @@ def main() -> None:
     parser.add_argument("--wrap", help="a script that starts the gateway's CLI (e.g. with instrumentation)")
     parser.add_argument("--cprofile", help="run the gateway under cProfile, writing this .prof file")
     parser.add_argument("--floor", action="store_true", help="measure bench/profile_floor.py instead")
-    parser.add_argument("--floor-client", choices=("aiohttp", "httpx"), default="aiohttp")
+    parser.add_argument("--floor-client", choices=("aiohttp", "httpx", "hatchway"), default="aiohttp")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
