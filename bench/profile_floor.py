@@ -11,35 +11,77 @@ runs the same proxy on one pooled httpx client, ``--client hatchway`` on the gat
 from __future__ import annotations
 
 import argparse
+import functools
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 
 from bench.asgi import asgi_lifespan
 
+HEADERS = {"content-type": "application/json"}
 
-def make_httpx_app(upstream: str):  # type: ignore[no-untyped-def]
-    """The same proxy on one pooled httpx.AsyncClient (to compare the two clients under load)."""
-    import httpx
 
-    client: httpx.AsyncClient | None = None
+Forward = Callable[[bytes], Awaitable[tuple[int, bytes]]]
+
+
+def proxy_app(open_client: Callable[[], Forward]):  # type: ignore[no-untyped-def]
+    """The proxy: its client is opened on the first request, inside the running loop."""
+    forward: Forward | None = None
 
     async def app(scope, receive, send):  # type: ignore[no-untyped-def]
-        nonlocal client
+        nonlocal forward
         if scope["type"] == "lifespan":
             await asgi_lifespan(receive, send)
             return
-        if client is None:
-            limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
-            client = httpx.AsyncClient(limits=limits, timeout=120.0)
+        if forward is None:
+            forward = open_client()
         if scope["path"] in ("/", "/healthz"):
             await _ok(send)
             return
-        body = await _body(receive)
-        headers = {"content-type": "application/json"}
-        response = await client.post(upstream + "/chat/completions", content=body, headers=headers)
-        await _answer(send, response.status_code, response.content)
+        status, body = await forward(await _body(receive))
+        await _answer(send, status, body)
 
     return app
+
+
+def aiohttp_client(upstream: str) -> Forward:
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=200))
+
+    async def forward(body: bytes) -> tuple[int, bytes]:
+        async with session.post(upstream + "/chat/completions", data=body, headers=HEADERS) as response:
+            return response.status, await response.read()
+
+    return forward
+
+
+def httpx_client(upstream: str) -> Forward:
+    import httpx
+
+    limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
+    client = httpx.AsyncClient(limits=limits, timeout=120.0)
+
+    async def forward(body: bytes) -> tuple[int, bytes]:
+        response = await client.post(upstream + "/chat/completions", content=body, headers=HEADERS)
+        return response.status_code, response.content
+
+    return forward
+
+
+def pool_client(upstream: str) -> Forward:
+    """The gateway's own upstream pool (``engine/providers/upstream_http.py``)."""
+    from hatchway.engine.providers.upstream_http import UpstreamPool
+
+    url = upstream + "/chat/completions"
+    pool = UpstreamPool(url, headers=HEADERS, connect_timeout=5, read_timeout=120, max_connections=200)
+
+    async def forward(body: bytes) -> tuple[int, bytes]:
+        async with await pool.post(body) as response:
+            return response.status, await response.read()
+
+    return forward
+
+
+CLIENTS = {"aiohttp": aiohttp_client, "httpx": httpx_client, "hatchway": pool_client}
 
 
 async def _ok(send):  # type: ignore[no-untyped-def]
@@ -62,65 +104,16 @@ async def _answer(send, status: int, body: bytes) -> None:  # type: ignore[no-un
     await send({"type": "http.response.body", "body": body})
 
 
-def make_pool_app(upstream: str):  # type: ignore[no-untyped-def]
-    """The same proxy on the gateway's own upstream pool."""
-    from hatchway.engine.providers.upstream_http import UpstreamPool
-
-    pool: UpstreamPool | None = None
-
-    async def app(scope, receive, send):  # type: ignore[no-untyped-def]
-        nonlocal pool
-        if scope["type"] == "lifespan":
-            await asgi_lifespan(receive, send)
-            return
-        if pool is None:
-            headers = {"content-type": "application/json"}
-            url = upstream + "/chat/completions"
-            pool = UpstreamPool(
-                url, headers=headers, connect_timeout=5, read_timeout=120, max_connections=200
-            )
-        if scope["path"] in ("/", "/healthz"):
-            await _ok(send)
-            return
-        body = await _body(receive)
-        async with await pool.post(body) as response:
-            await _answer(send, response.status, await response.read())
-
-    return app
-
-
-def make_app(upstream: str):  # type: ignore[no-untyped-def]
-    session: aiohttp.ClientSession | None = None
-
-    async def app(scope, receive, send):  # type: ignore[no-untyped-def]
-        nonlocal session
-        if scope["type"] == "lifespan":
-            await asgi_lifespan(receive, send)
-            return
-        if session is None:
-            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=200))
-        if scope["path"] in ("/", "/healthz"):
-            await _ok(send)
-            return
-        body = await _body(receive)
-        headers = {"content-type": "application/json"}
-        async with session.post(upstream + "/chat/completions", data=body, headers=headers) as response:
-            await _answer(send, response.status, await response.read())
-
-    return app
-
-
 def main() -> None:
     import uvicorn
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True)
-    parser.add_argument("--client", choices=("aiohttp", "httpx", "hatchway"), default="aiohttp")
+    parser.add_argument("--client", choices=tuple(CLIENTS), default="aiohttp")
     args = parser.parse_args()
-    factory = {"aiohttp": make_app, "httpx": make_httpx_app, "hatchway": make_pool_app}[args.client]
     uvicorn.run(
-        factory(args.upstream),
+        proxy_app(functools.partial(CLIENTS[args.client], args.upstream)),
         host="127.0.0.1",
         port=args.port,
         log_level="warning",

@@ -8,9 +8,10 @@ the pool sees, and what the server saw (its connections).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import ssl
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -117,20 +118,29 @@ def _pool(url: str, **overrides: object) -> UpstreamPool:
     return UpstreamPool(url, **options)  # type: ignore[arg-type]
 
 
+@contextlib.asynccontextmanager
+async def serving(
+    respond: Callable[[int, int], bytes | None], after: str = "keep", **pool_options: object
+) -> AsyncIterator[tuple[Upstream, UpstreamPool]]:
+    """An ``Upstream`` and a pool pointed at it, both closed on the way out."""
+    upstream = await Upstream(respond, after).start()
+    pool = _pool(upstream.url(), **pool_options)
+    try:
+        yield upstream, pool
+    finally:
+        await pool.aclose()
+        await upstream.stop()
+
+
 async def _post(pool: UpstreamPool, body: bytes = b"{}") -> tuple[int, bytes]:
     async with await pool.post(body) as response:
         return response.status, await response.read()
 
 
 async def test_sequential_requests_share_one_keep_alive_connection() -> None:
-    upstream = await Upstream(lambda n, _: OK).start()
-    pool = _pool(upstream.url())
-    try:
+    async with serving(lambda n, _: OK) as (upstream, pool):
         for _ in range(5):
             assert await _post(pool, b'{"model":"m"}') == (200, b'{"ok":true}')
-    finally:
-        await pool.aclose()
-        await upstream.stop()
     assert upstream.connections == 1
     first = upstream.requests[0]
     assert first.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n")
@@ -140,10 +150,8 @@ async def test_sequential_requests_share_one_keep_alive_connection() -> None:
 
 
 async def test_the_pool_never_opens_more_than_max_connections() -> None:
-    upstream = await Upstream(lambda n, _: OK).start()
-    upstream.release.clear()  # hold every answer until all requests are waiting
-    pool = _pool(upstream.url(), max_connections=2)
-    try:
+    async with serving(lambda n, _: OK, max_connections=2) as (upstream, pool):
+        upstream.release.clear()  # hold every answer until all requests are waiting
         calls = [asyncio.ensure_future(_post(pool)) for _ in range(6)]
         async with asyncio.timeout(5):
             while len(upstream.requests) < 2:
@@ -151,9 +159,6 @@ async def test_the_pool_never_opens_more_than_max_connections() -> None:
         assert upstream.open_now == 2  # the other four wait for a slot, not for a connection
         upstream.release.set()
         results = await asyncio.wait_for(asyncio.gather(*calls), 5)
-    finally:
-        await pool.aclose()
-        await upstream.stop()
     assert results == [(200, b'{"ok":true}')] * 6
     assert upstream.most_open == 2
     assert upstream.connections == 2
@@ -163,15 +168,10 @@ async def test_chunked_event_stream_comes_line_by_line_across_chunk_boundaries()
     events = [b"data: one\n\nda", b"ta: two\r\n\r\n", b"data: [DONE]\n\n"]
     body = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
     head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
-    upstream = await Upstream(lambda n, _: head + body).start()
-    pool = _pool(upstream.url())
-    try:
+    async with serving(lambda n, _: head + body) as (upstream, pool):
         async with await pool.post(b"{}") as response:
             lines = [line async for line in response.lines()]
         assert await _post(pool) == (200, b"data: one\n\ndata: two\r\n\r\ndata: [DONE]\n\n")
-    finally:
-        await pool.aclose()
-        await upstream.stop()
     assert lines == [b"data: one", b"", b"data: two", b"", b"data: [DONE]", b""]
     assert upstream.connections == 1  # a chunked body read to its end leaves the connection reusable
 
@@ -180,91 +180,56 @@ async def test_gzip_body_is_decompressed() -> None:
     payload = b'{"choices": []}' * 50
     packed = gzip.compress(payload)
     head = b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: %d\r\n\r\n" % len(packed)
-    upstream = await Upstream(lambda n, _: head + packed).start()
-    pool = _pool(upstream.url())
-    try:
+    async with serving(lambda n, _: head + packed) as (upstream, pool):
         status, body = await _post(pool)
-    finally:
-        await pool.aclose()
-        await upstream.stop()
     assert (status, body) == (200, payload)
     assert b"accept-encoding: identity\r\n" in upstream.requests[0]
 
 
 async def test_body_delimited_by_close_is_read_and_the_connection_not_reused() -> None:
     answer = b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n" + b"x" * 5000
-    upstream = await Upstream(lambda n, _: answer, after="close").start()
-    pool = _pool(upstream.url())
-    try:
+    async with serving(lambda n, _: answer, after="close") as (upstream, pool):
         assert await _post(pool) == (200, b"x" * 5000)
         assert await _post(pool) == (200, b"x" * 5000)
-    finally:
-        await pool.aclose()
-        await upstream.stop()
     assert upstream.connections == 2
 
 
 async def test_connection_the_upstream_drops_when_reused_is_retried_once_on_a_new_one() -> None:
     # Keep-alive promised, then the second request on a connection meets its close (an idle timeout
     # firing as the request arrives): no byte comes back, so it goes once more on a new connection.
-    upstream = await Upstream(lambda n, k: OK if k == 1 else SILENT_CLOSE).start()
-    pool = _pool(upstream.url())
-    try:
+    async with serving(lambda n, k: OK if k == 1 else SILENT_CLOSE) as (upstream, pool):
         for _ in range(3):
             assert await _post(pool) == (200, b'{"ok":true}')
-    finally:
-        await pool.aclose()
-        await upstream.stop()
     assert upstream.connections == 3
     assert len(upstream.requests) == 5  # two were sent twice: once into a closing connection
 
 
 async def test_connection_closed_after_an_answer_is_not_handed_out_again() -> None:
-    upstream = await Upstream(lambda n, k: OK, after="close").start()
-    pool = _pool(upstream.url())
-    try:
+    async with serving(lambda n, k: OK, after="close") as (upstream, pool):
         for _ in range(3):
             assert await _post(pool) == (200, b'{"ok":true}')
-    finally:
-        await pool.aclose()
-        await upstream.stop()
     assert upstream.connections == 3
     assert len(upstream.requests) == 3
 
 
 async def test_a_new_connection_closed_without_an_answer_fails_without_retrying() -> None:
-    upstream = await Upstream(lambda n, k: SILENT_CLOSE).start()
-    pool = _pool(upstream.url())
-    try:
+    async with serving(lambda n, k: SILENT_CLOSE) as (upstream, pool):
         with pytest.raises(UpstreamDisconnected):
             await _post(pool)
-    finally:
-        await pool.aclose()
-        await upstream.stop()
     assert len(upstream.requests) == 1
 
 
 async def test_connection_closed_mid_body_is_an_error_not_a_short_body() -> None:
     answer = b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n" + b"y" * 10
-    upstream = await Upstream(lambda n, _: answer, after="close").start()
-    pool = _pool(upstream.url())
-    try:
+    async with serving(lambda n, _: answer, after="close") as (_upstream, pool):
         with pytest.raises(UpstreamDisconnected):
             await _post(pool)
-    finally:
-        await pool.aclose()
-        await upstream.stop()
 
 
 async def test_silent_upstream_times_out_at_the_read_timeout() -> None:
-    upstream = await Upstream(lambda n, _: None, after="hang").start()
-    pool = _pool(upstream.url(), read_timeout=0.3)
-    try:
+    async with serving(lambda n, _: None, after="hang", read_timeout=0.3) as (_upstream, pool):
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(_post(pool), 5)
-    finally:
-        await pool.aclose()
-        await upstream.stop()
 
 
 async def test_refused_connection_is_a_connect_error() -> None:
@@ -277,27 +242,17 @@ async def test_refused_connection_is_a_connect_error() -> None:
 
 
 async def test_malformed_response_is_a_protocol_error() -> None:
-    upstream = await Upstream(lambda n, _: b"SMTP ready\r\n\r\n").start()
-    pool = _pool(upstream.url())
-    try:
+    async with serving(lambda n, _: b"SMTP ready\r\n\r\n") as (_upstream, pool):
         with pytest.raises(UpstreamProtocolError):
             await _post(pool)
-    finally:
-        await pool.aclose()
-        await upstream.stop()
 
 
 async def test_a_stream_left_unread_closes_its_connection() -> None:
     head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
-    upstream = await Upstream(lambda n, _: head + b"5\r\nhello\r\n", after="hang").start()
-    pool = _pool(upstream.url())
-    try:
+    async with serving(lambda n, _: head + b"5\r\nhello\r\n", after="hang") as (upstream, pool):
         for _ in range(2):
             async with await pool.post(b"{}") as response:
                 assert await anext(response.chunks()) == b"hello"
-    finally:
-        await pool.aclose()
-        await upstream.stop()
     assert upstream.connections == 2  # the first, half read, was not handed out again
 
 
