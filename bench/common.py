@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -87,6 +88,15 @@ def python() -> str:
 
 def run(coro):  # type: ignore[no-untyped-def]
     return asyncio.run(coro)
+
+
+def passthrough_settings(database_url: str, upstream_base: str) -> dict[str, Any]:
+    """hatchway.yaml of a gateway whose model ``bench`` passes through to ``{upstream_base}/v1``."""
+    return {
+        "database_url": database_url,
+        "providers": [{"id": "up", "base_url": f"{upstream_base}/v1"}],
+        "models": [{"name": "bench", "provider": "up", "upstream_model": "bench-model"}],
+    }
 
 
 async def bench_key(database_url: str) -> str:

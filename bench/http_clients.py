@@ -18,6 +18,7 @@ import resource
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
@@ -44,53 +45,71 @@ async def _drive(send, requests: int, concurrency: int) -> dict[str, float]:  # 
     return {"rps": requests / elapsed, **summary(latencies)}
 
 
-async def _httpx(url: str, requests: int, concurrency: int) -> dict[str, float]:
+Forward = Callable[[bytes], Awaitable[tuple[int, bytes]]]
+Client = tuple[Forward, Callable[[], Awaitable[None]]]
+"""POST a body, get (status, body) back; and close the client."""
+
+
+def httpx_client(url: str, limit: int) -> Client:
     import httpx
 
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(limits=limits, timeout=30) as client:
+    limits = httpx.Limits(max_connections=limit, max_keepalive_connections=limit)
+    client = httpx.AsyncClient(limits=limits, timeout=120.0)
 
-        async def send() -> None:
-            (await client.post(url, content=BODY, headers=HEADERS)).raise_for_status()
+    async def forward(body: bytes) -> tuple[int, bytes]:
+        response = await client.post(url, content=body, headers=HEADERS)
+        return response.status_code, response.content
 
-        await _drive(send, concurrency * 4, concurrency)  # warm the pool
-        return await _drive(send, requests, concurrency)
+    return forward, client.aclose
 
 
-async def _aiohttp(url: str, requests: int, concurrency: int) -> dict[str, float]:
+def aiohttp_client(url: str, limit: int) -> Client:
     import aiohttp
 
-    connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as session:
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=limit))
 
-        async def send() -> None:
-            async with session.post(url, data=BODY, headers=HEADERS) as response:
-                await response.read()
-                response.raise_for_status()
+    async def forward(body: bytes) -> tuple[int, bytes]:
+        async with session.post(url, data=body, headers=HEADERS) as response:
+            return response.status, await response.read()
 
-        await _drive(send, concurrency * 4, concurrency)
-        return await _drive(send, requests, concurrency)
+    return forward, session.close
 
 
-async def _hatchway(url: str, requests: int, concurrency: int) -> dict[str, float]:
+def pool_client(url: str, limit: int) -> Client:
+    """The gateway's own upstream pool (``engine/providers/upstream_http.py``)."""
     from hatchway.engine.providers.upstream_http import UpstreamPool
 
-    pool = UpstreamPool(url, headers=HEADERS, connect_timeout=5, read_timeout=30, max_connections=concurrency)
+    pool = UpstreamPool(url, headers=HEADERS, connect_timeout=5, read_timeout=120, max_connections=limit)
+
+    async def forward(body: bytes) -> tuple[int, bytes]:
+        async with await pool.post(body) as response:
+            return response.status, await response.read()
+
+    return forward, pool.aclose
+
+
+CLIENTS: dict[str, Callable[[str, int], Client]] = {
+    "httpx": httpx_client,
+    "aiohttp": aiohttp_client,
+    "hatchway": pool_client,
+}
+
+
+async def _measure(
+    open_client: Callable[[str, int], Client], url: str, requests: int, concurrency: int
+) -> dict[str, float]:
+    forward, aclose = open_client(url, concurrency)
     try:
 
         async def send() -> None:
-            async with await pool.post(BODY) as response:
-                await response.read()
-                if response.status >= 400:
-                    raise RuntimeError(f"HTTP {response.status}")
+            status, _ = await forward(BODY)
+            if status >= 400:
+                raise RuntimeError(f"HTTP {status}")
 
-        await _drive(send, concurrency * 4, concurrency)
+        await _drive(send, concurrency * 4, concurrency)  # warm the pool
         return await _drive(send, requests, concurrency)
     finally:
-        await pool.aclose()
-
-
-CLIENTS = (("httpx", _httpx), ("aiohttp", _aiohttp), ("hatchway", _hatchway))
+        await aclose()
 
 
 def _cpu() -> float:
@@ -98,11 +117,13 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def _both(fn, url: str, requests: int, concurrency: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
-    out = await fn(url, requests, concurrency)
+async def _both(
+    open_client: Callable[[str, int], Client], url: str, requests: int, concurrency: int
+) -> dict[str, float]:
+    out = await _measure(open_client, url, requests, concurrency)
     sequential = max(100, requests // 20)
     cpu = _cpu()
-    one = await fn(url, sequential, 1)
+    one = await _measure(open_client, url, sequential, 1)
     out["c1_p50"] = one["p50"]
     out["c1_cpu_ms"] = (_cpu() - cpu) * 1000 / (sequential + 4)  # + the warm-up requests
     return out
@@ -112,8 +133,8 @@ def compare(url: str, requests: int = 4000, concurrency: int = 64) -> dict[str, 
     import uvloop
 
     out = {}
-    for name, fn in CLIENTS:
-        out[name] = uvloop.run(_both(fn, url, requests, concurrency))
+    for name, open_client in CLIENTS.items():
+        out[name] = uvloop.run(_both(open_client, url, requests, concurrency))
     return out
 
 

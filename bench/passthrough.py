@@ -18,7 +18,17 @@ from pathlib import Path
 
 import yaml
 
-from bench.common import ROOT, bench_key, free_port, process, python, sequential_latencies, summary, wait_http
+from bench.common import (
+    ROOT,
+    bench_key,
+    free_port,
+    passthrough_settings,
+    process,
+    python,
+    sequential_latencies,
+    summary,
+    wait_http,
+)
 
 BODY = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "ping"}]}).encode()
 
@@ -28,15 +38,7 @@ def measure(requests: int, latency_ms: float) -> dict[str, object]:
         up_port, gw_port = free_port(), free_port()
         db_url = f"sqlite+aiosqlite:///{Path(tmp) / 'bench.db'}"
         config = Path(tmp) / "hatchway.yaml"
-        config.write_text(
-            yaml.safe_dump(
-                {
-                    "database_url": db_url,
-                    "providers": [{"id": "up", "base_url": f"http://127.0.0.1:{up_port}/v1"}],
-                    "models": [{"name": "bench", "provider": "up", "upstream_model": "bench-model"}],
-                }
-            )
-        )
+        config.write_text(yaml.safe_dump(passthrough_settings(db_url, f"http://127.0.0.1:{up_port}")))
         key = asyncio.run(bench_key(db_url))
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         upstream = [

@@ -11,21 +11,14 @@ runs the same proxy on one pooled httpx client, ``--client hatchway`` on the gat
 from __future__ import annotations
 
 import argparse
-import functools
-from collections.abc import Awaitable, Callable
 
-import aiohttp
-
-from bench.asgi import asgi_lifespan
-
-HEADERS = {"content-type": "application/json"}
+from bench.asgi import asgi_lifespan, serve
+from bench.http_clients import CLIENTS, Forward
 
 
-Forward = Callable[[bytes], Awaitable[tuple[int, bytes]]]
-
-
-def proxy_app(open_client: Callable[[], Forward]):  # type: ignore[no-untyped-def]
-    """The proxy: its client is opened on the first request, inside the running loop."""
+def proxy_app(upstream: str, client: str):  # type: ignore[no-untyped-def]
+    """The proxy: its client (``bench.http_clients.CLIENTS``) is opened on the first request,
+    inside the running loop."""
     forward: Forward | None = None
 
     async def app(scope, receive, send):  # type: ignore[no-untyped-def]
@@ -34,7 +27,7 @@ def proxy_app(open_client: Callable[[], Forward]):  # type: ignore[no-untyped-de
             await asgi_lifespan(receive, send)
             return
         if forward is None:
-            forward = open_client()
+            forward, _ = CLIENTS[client](upstream + "/chat/completions", 200)
         if scope["path"] in ("/", "/healthz"):
             await _ok(send)
             return
@@ -42,46 +35,6 @@ def proxy_app(open_client: Callable[[], Forward]):  # type: ignore[no-untyped-de
         await _answer(send, status, body)
 
     return app
-
-
-def aiohttp_client(upstream: str) -> Forward:
-    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=200))
-
-    async def forward(body: bytes) -> tuple[int, bytes]:
-        async with session.post(upstream + "/chat/completions", data=body, headers=HEADERS) as response:
-            return response.status, await response.read()
-
-    return forward
-
-
-def httpx_client(upstream: str) -> Forward:
-    import httpx
-
-    limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
-    client = httpx.AsyncClient(limits=limits, timeout=120.0)
-
-    async def forward(body: bytes) -> tuple[int, bytes]:
-        response = await client.post(upstream + "/chat/completions", content=body, headers=HEADERS)
-        return response.status_code, response.content
-
-    return forward
-
-
-def pool_client(upstream: str) -> Forward:
-    """The gateway's own upstream pool (``engine/providers/upstream_http.py``)."""
-    from hatchway.engine.providers.upstream_http import UpstreamPool
-
-    url = upstream + "/chat/completions"
-    pool = UpstreamPool(url, headers=HEADERS, connect_timeout=5, read_timeout=120, max_connections=200)
-
-    async def forward(body: bytes) -> tuple[int, bytes]:
-        async with await pool.post(body) as response:
-            return response.status, await response.read()
-
-    return forward
-
-
-CLIENTS = {"aiohttp": aiohttp_client, "httpx": httpx_client, "hatchway": pool_client}
 
 
 async def _ok(send):  # type: ignore[no-untyped-def]
@@ -105,22 +58,12 @@ async def _answer(send, status: int, body: bytes) -> None:  # type: ignore[no-un
 
 
 def main() -> None:
-    import uvicorn
-
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True)
     parser.add_argument("--client", choices=tuple(CLIENTS), default="aiohttp")
     args = parser.parse_args()
-    uvicorn.run(
-        proxy_app(functools.partial(CLIENTS[args.client], args.upstream)),
-        host="127.0.0.1",
-        port=args.port,
-        log_level="warning",
-        access_log=False,
-        loop="uvloop",
-        http="httptools",
-    )
+    serve(proxy_app(args.upstream, args.client), args.port)
 
 
 if __name__ == "__main__":

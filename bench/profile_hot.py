@@ -23,7 +23,16 @@ from pathlib import Path
 import httpx
 import yaml
 
-from bench.common import ROOT, bench_key, free_port, process, python, summary, wait_http
+from bench.common import (
+    ROOT,
+    bench_key,
+    free_port,
+    passthrough_settings,
+    process,
+    python,
+    summary,
+    wait_http,
+)
 from bench.passthrough import BODY
 
 WRK_SCRIPT = """
@@ -136,15 +145,7 @@ def main() -> None:
         up_port, gw_port = free_port(), free_port()
         db_url = f"sqlite+aiosqlite:///{tmp / 'bench.db'}"
         config = tmp / "hatchway.yaml"
-        config.write_text(
-            yaml.safe_dump(
-                {
-                    "database_url": db_url,
-                    "providers": [{"id": "up", "base_url": f"http://127.0.0.1:{up_port}/v1"}],
-                    "models": [{"name": "bench", "provider": "up", "upstream_model": "bench-model"}],
-                }
-            )
-        )
+        config.write_text(yaml.safe_dump(passthrough_settings(db_url, f"http://127.0.0.1:{up_port}")))
         key = asyncio.run(bench_key(db_url))
         paths = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, str(ROOT)])}  # another checkout first

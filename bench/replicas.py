@@ -34,7 +34,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ROOT, bench_key, free_port, process, python, summary, wait_http
+from bench.common import ROOT, bench_key, free_port, passthrough_settings, process, python, summary, wait_http
 
 BODY = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "ping"}]}).encode()
 
@@ -101,12 +101,8 @@ def _measure(
     with tempfile.TemporaryDirectory() as tmp:
         up, port_a, port_b = free_port(), free_port(), free_port()
         config = Path(tmp) / "hatchway.yaml"
-        settings: dict[str, object] = {
-            "database_url": database_url,
-            "master_key_file": str(Path(tmp) / "master.key"),
-            "providers": [{"id": "up", "base_url": f"http://127.0.0.1:{up}/v1"}],
-            "models": [{"name": "bench", "provider": "up", "upstream_model": "bench-model"}],
-        }
+        settings = passthrough_settings(database_url, f"http://127.0.0.1:{up}")
+        settings["master_key_file"] = str(Path(tmp) / "master.key")
         if redis_url:
             settings |= {"redis_url": redis_url, "redis_prefix": f"hatchway-bench-{uuid.uuid4().hex[:8]}:"}
         config.write_text(yaml.safe_dump(settings))

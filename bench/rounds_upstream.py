@@ -23,7 +23,7 @@ import asyncio
 import json
 from dataclasses import dataclass
 
-from bench.asgi import asgi_lifespan
+from bench.asgi import asgi_lifespan, serve
 
 USAGE = {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}
 
@@ -185,20 +185,12 @@ def make_app(latency_s: float, child_latency_s: float = 0.5):  # type: ignore[no
 
 
 def main() -> None:
-    import uvicorn
-
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--child-latency-ms", type=float, default=500.0)
     args = parser.parse_args()
-    uvicorn.run(
-        make_app(args.latency_ms / 1000, args.child_latency_ms / 1000),
-        host="127.0.0.1",
-        port=args.port,
-        log_level="warning",
-        access_log=False,
-    )
+    serve(make_app(args.latency_ms / 1000, args.child_latency_ms / 1000), args.port)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.common import ROOT, bench_key, free_port, wait_http
+from bench.common import ROOT, bench_key, free_port, passthrough_settings, wait_http
 
 BENCH = ROOT / "bench"
 LITELLM_VERSION = "1.108.7"
@@ -166,9 +166,8 @@ def start_hatchway(stack: Stack, upstream: Server, rounds: Server | None, mcp: d
     upstream; ``tools-N`` and ``fanout-8`` run MCP tool rounds (routing rules bind the plugins);
     agent ``fan`` (model ``agent:fan``) gets the hosted ``spawn_subagent``."""
     db_url = f"sqlite+aiosqlite:///{stack.tmp / 'hatchway.db'}"
-    providers = [{"id": "up", "base_url": f"{upstream.base}/v1"}]
-    models = [{"name": "bench", "provider": "up", "upstream_model": "bench-model"}]
-    config: dict[str, object] = {"database_url": db_url, "providers": providers, "models": models}
+    config = passthrough_settings(db_url, upstream.base)
+    providers, models = config["providers"], config["models"]
     if rounds is not None:
         providers.append({"id": "rounds", "base_url": f"{rounds.base}/v1"})
         models += [{"name": m, "provider": "rounds", "upstream_model": m} for m in AGENTIC_MODELS]

@@ -9,7 +9,7 @@ import argparse
 import asyncio
 import json
 
-from bench.asgi import asgi_lifespan
+from bench.asgi import asgi_lifespan, serve
 
 BODY = json.dumps(
     {
@@ -42,21 +42,11 @@ def make_app(latency_s: float):  # type: ignore[no-untyped-def]
 
 
 def main() -> None:
-    import uvicorn
-
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--latency-ms", type=float, default=20.0)
     args = parser.parse_args()
-    uvicorn.run(
-        make_app(args.latency_ms / 1000),
-        host="127.0.0.1",
-        port=args.port,
-        log_level="warning",
-        access_log=False,
-        loop="uvloop",
-        http="httptools",
-    )
+    serve(make_app(args.latency_ms / 1000), args.port)
 
 
 if __name__ == "__main__":
