@@ -25,31 +25,24 @@ from typing import Any
 
 import openai
 
-SPAWN_SUBAGENT_TOOL: dict[str, Any] = {
-    "type": "function",
-    "name": "spawn_subagent",
-    "description": "Delegate a focused task to a child response and return the result.",
-    "strict": True,
-    "parameters": {
-        "type": "object",
-        "properties": {
-            "task": {"type": "string", "description": "The task for the child response."},
-            "instructions": {
-                "type": "string",
-                "description": "Optional instructions for the child response.",
-            },
-            "model": {"type": "string", "description": "Optional model override for the child response."},
-        },
-        "required": ["task"],
-        "additionalProperties": False,
-    },
-}
+from hatchway.engine.tools.subagents.contract import (
+    ATTEMPTS,
+    CHILD_FAILED,
+    CHILD_INSTRUCTIONS,
+    INVALID_ARGUMENTS,
+    SpawnArguments,
+    failure,
+    function_tool,
+    parse_spawn_arguments,
+    success,
+)
+
+SPAWN_SUBAGENT_TOOL: dict[str, Any] = function_tool()
 ORCHESTRATOR_INSTRUCTIONS = (
     "You are an orchestrator. Use spawn_subagent for parallel, focused tasks. You may call it several "
     "times in one round when the tasks can run in parallel. Once every tool result is back, answer "
     "the user directly."
 )
-CHILD_INSTRUCTIONS = "You are an expert assistant. Complete the task and return only the result."
 TRANSIENT_ERRORS = (
     openai.APIConnectionError,  # includes APITimeoutError
     openai.RateLimitError,
@@ -71,7 +64,7 @@ class DelegationSettings:
     max_tool_calls: int = 8
     """Children run for one whole delegation at most; further calls are answered as not run."""
     tool_choice: str = "auto"
-    attempts: int = 3
+    attempts: int = ATTEMPTS
     backoff_seconds: float = 0.5
     """Wait ``backoff_seconds * attempt`` before retrying a transient child failure."""
     extra_tools: list[dict[str, Any]] = field(default_factory=list)
@@ -91,24 +84,6 @@ class DelegationResult:
 # -- the pieces both drivers share ---------------------------------------------------------------
 
 
-def parse_spawn_arguments(raw: str) -> dict[str, Any]:
-    """``{"task", "instructions"?, "model"?}`` or a failure payload saying why not."""
-    try:
-        args = json.loads(raw or "")
-    except (TypeError, ValueError):
-        return failure("invalid_arguments", "Could not parse the spawn_subagent arguments as JSON")
-    if not isinstance(args, dict) or not isinstance(args.get("task"), str) or not args["task"].strip():
-        return failure("invalid_arguments", "spawn_subagent requires a string task")
-    for key in ("instructions", "model"):
-        if args.get(key) is not None and not isinstance(args[key], str):
-            return failure("invalid_arguments", f"spawn_subagent {key} must be a string")
-    return args
-
-
-def failure(error_code: str, message: str) -> dict[str, Any]:
-    return {"ok": False, "error_code": error_code, "message": message}
-
-
 def spawn_calls(response: Any) -> list[Any]:
     """The parent's ``spawn_subagent`` function calls of one round."""
     return [
@@ -116,11 +91,11 @@ def spawn_calls(response: Any) -> list[Any]:
     ]
 
 
-def child_request(args: dict[str, Any], settings: DelegationSettings) -> dict[str, Any]:
+def child_request(args: SpawnArguments, settings: DelegationSettings) -> dict[str, Any]:
     return {
-        "model": args.get("model") or settings.child_model or settings.model,
-        "instructions": args.get("instructions") or settings.child_instructions,
-        "input": args["task"],
+        "model": args.model or settings.child_model or settings.model,
+        "instructions": args.instructions or settings.child_instructions,
+        "input": args.task,
         "store": True,
     }
 
@@ -167,7 +142,7 @@ class _Budget:
 
 
 def _not_run(limit: int) -> dict[str, Any]:
-    return failure("child_request_failed", f"Not run: this delegation reached max_tool_calls ({limit}).")
+    return failure(CHILD_FAILED, f"Not run: this delegation reached max_tool_calls ({limit}).")
 
 
 def _next_parent(
@@ -190,8 +165,8 @@ def run_child(
 ) -> dict[str, Any]:
     """One child response with recovery; always returns a success or failure payload."""
     args = parse_spawn_arguments(raw_arguments)
-    if args.get("ok") is False:
-        return args
+    if isinstance(args, str):
+        return failure(INVALID_ARGUMENTS, args)
     last_error = "The child response failed"
     for attempt in range(settings.attempts):
         try:
@@ -199,14 +174,14 @@ def run_child(
         except TRANSIENT_ERRORS as exc:
             last_error = str(exc)
         except openai.APIError as exc:
-            return failure("child_request_failed", str(exc))
+            return failure(CHILD_FAILED, str(exc))
         else:
             if child.status == "completed":
-                return {"ok": True, "response_id": child.id, "output_text": child.output_text}
+                return success(child.id, child.output_text)
             last_error = f"The child response ended with status {child.status}"
         if attempt < settings.attempts - 1:
             sleep(settings.backoff_seconds * (attempt + 1))
-    return failure("child_request_failed", last_error)
+    return failure(CHILD_FAILED, last_error)
 
 
 def delegate(client: openai.OpenAI, input: Any, settings: DelegationSettings) -> DelegationResult:
@@ -244,8 +219,8 @@ async def arun_child(
 ) -> dict[str, Any]:
     """``run_child`` for ``AsyncOpenAI``."""
     args = parse_spawn_arguments(raw_arguments)
-    if args.get("ok") is False:
-        return args
+    if isinstance(args, str):
+        return failure(INVALID_ARGUMENTS, args)
     last_error = "The child response failed"
     for attempt in range(settings.attempts):
         try:
@@ -255,14 +230,14 @@ async def arun_child(
         except TRANSIENT_ERRORS as exc:
             last_error = str(exc)
         except openai.APIError as exc:
-            return failure("child_request_failed", str(exc))
+            return failure(CHILD_FAILED, str(exc))
         else:
             if child.status == "completed":
-                return {"ok": True, "response_id": child.id, "output_text": child.output_text}
+                return success(child.id, child.output_text)
             last_error = f"The child response ended with status {child.status}"
         if attempt < settings.attempts - 1:
             await asyncio.sleep(settings.backoff_seconds * (attempt + 1))
-    return failure("child_request_failed", last_error)
+    return failure(CHILD_FAILED, last_error)
 
 
 async def adelegate(client: openai.AsyncOpenAI, input: Any, settings: DelegationSettings) -> DelegationResult:

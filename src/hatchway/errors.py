@@ -8,7 +8,8 @@
     │   ├── PermissionDenied ... 403
     │   ├── NotFound ........... 404
     │   │   └── ModelNotFound
-    │   └── Conflict ........... 409
+    │   ├── Conflict ........... 409
+    │   └── ClientGone ......... 499: the client went away before the answer (nothing is sent)
     ├── Unavailable ............ 503 (a capability this process cannot serve right now)
     ├── ProviderError .......... the upstream LLM failed
     │   ├── ProviderUnavailable  502 (connect error, broken response)
@@ -133,6 +134,16 @@ class Conflict(RequestError):
 
     status_code = 409
     default_code = "conflict"
+
+
+class ClientGone(RequestError):
+    """The client disconnected before its request was read or answered; nobody gets a response."""
+
+    status_code = 499  # nginx's convention, as the run log records it
+    default_code = "client_gone"
+
+    def __init__(self, message: str = "The client went away before the run finished.") -> None:
+        super().__init__(message)
 
 
 class Unavailable(HatchwayError):

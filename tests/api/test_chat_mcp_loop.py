@@ -594,7 +594,9 @@ def test_credentials_seam_bearer_401_refresh_and_redaction(
     mcp_server_factory: Callable[..., McpTestServer], gateway_factory, llm: ScriptedLLM, tmp_path: Path
 ) -> None:
     server = mcp_server_factory("s", required_bearer="fresh-token-123")
+    vault = BearerCredentials("stale-token-000", "fresh-token-123")  # the vault's seam, injected
     gateway = gateway_factory(
+        gateway_options={"mcp_credentials": vault},
         **rule_for(
             tmp_path,
             {
@@ -602,10 +604,8 @@ def test_credentials_seam_bearer_401_refresh_and_redaction(
                     {"id": "s", "url": server.url, "auth": {"type": "bearer", "secret_ref": "secret.tok"}}
                 ]
             },
-        )
+        ),
     )
-    vault = BearerCredentials("stale-token-000", "fresh-token-123")
-    gateway.gateway.mcp_credentials = vault  # the vault's test double, wired where the vault will be
     llm.handler = rounds(Reply(tool_calls=[("s__echo", {"text": "fresh-token-123"})]), summarise)
 
     raw = gateway.client().chat.completions.with_raw_response.create(model="gpt-4o", messages=USER)

@@ -219,14 +219,15 @@ def test_operations_are_scoped_to_the_organisation(
     assert contas.backend.stats()["total_executions"] == 0
 
 
-def test_confirm_without_an_mcp_caller_is_503_and_stays_pending(
-    ops_gateway: RunningGateway, contas: RunningContas
+def test_confirm_for_an_agent_no_longer_configured_is_409_and_stays_pending(
+    ops_gateway: RunningGateway, contas: RunningContas, gateway_factory, database_url: str
 ) -> None:
     op_id = _pending(ops_gateway, contas)
-    ops_gateway.gateway.operation_callers = None
-    response = _http(ops_gateway, "POST", f"/v1/operations/{op_id}/confirm")
-    assert response.status_code == 503 and response.json()["error"]["code"] == "unavailable"
+    without_agent = gateway_factory(database_url=database_url)  # the same database, no agents
+    response = _http(without_agent, "POST", f"/v1/operations/{op_id}/confirm", key=ops_gateway.key)
+    assert response.status_code == 409 and response.json()["error"]["code"] == "agent_not_configured"
     assert _http(ops_gateway, "GET", f"/v1/operations/{op_id}").json()["status"] == "AWAITING_CONFIRMATION"
+    assert contas.backend.stats()["total_executions"] == 0
 
 
 @pytest.mark.parametrize("ops_gateway", [1], indirect=True)  # a one-second confirmation TTL

@@ -125,24 +125,8 @@ def test_add_a_secret_and_see_it_listed_without_its_value(
 
 
 @pytest.fixture
-def ops_gateway(gateway_factory, contas: RunningContas) -> RunningGateway:
-    gateway = gateway_factory(
-        agents=[
-            {
-                "name": "contas",
-                "model": "gpt-4o",
-                "plugin": str(EXAMPLE_AGENT / "plugin.yaml"),
-                "tools": str(EXAMPLE_AGENT / "tools.yaml"),
-                "tool_policies": str(EXAMPLE_AGENT / "tool_policies.yaml"),
-            }
-        ]
-    )
-
-    async def callers(gw: Any, agent: Any, ctx: Any) -> Any:  # the MCP pool's part, until it is wired
-        return contas.caller()
-
-    gateway.gateway.operation_callers = callers
-    return gateway
+def ops_gateway(gateway_factory, contas: RunningContas, tmp_path: Path) -> RunningGateway:
+    return gateway_factory(agents=[contas.agent(tmp_path / "contas")])
 
 
 def pending_operation(gateway: RunningGateway, contas: RunningContas) -> str:

@@ -24,8 +24,7 @@ from hatchway.api import (
     secrets,
 )
 from hatchway.api.chat import ChatCompletionsApp
-from hatchway.api.errors import install_error_handlers
-from hatchway.api.responses_worker import serve_queue
+from hatchway.api.errors import ErrorMiddleware, install_error_handlers
 from hatchway.api.ui import mount_dashboard
 from hatchway.config.settings import Settings
 from hatchway.gateway import Gateway
@@ -65,7 +64,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await gw.start()
-        gw.tasks.spawn("jobs:worker", serve_queue(gw))  # background responses off the Redis queue
+        gw.tasks.spawn("jobs:worker", gw.responses.background.serve())  # queued responses, with Redis
         if freeze_heap:
             gc.collect()
             gc.freeze()
@@ -93,6 +92,8 @@ def create_app(
     app.include_router(mcp_servers.router)
     mount_dashboard(app)
     observed = {"metrics": gw.telemetry.metrics, "tracing": gw.telemetry.tracing}
+    app.add_middleware(ErrorMiddleware)  # inside the observability middleware: it sees the status sent
     app.add_middleware(ObservabilityMiddleware, **observed)
-    app.direct_routes = {ChatCompletionsApp.path: ObservabilityMiddleware(ChatCompletionsApp(gw), **observed)}
+    chat = ErrorMiddleware(ChatCompletionsApp(gw))
+    app.direct_routes = {ChatCompletionsApp.path: ObservabilityMiddleware(chat, **observed)}
     return app

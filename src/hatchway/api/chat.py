@@ -2,30 +2,22 @@
 
 from __future__ import annotations
 
-import functools
-import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
-from starlette.requests import ClientDisconnect
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from hatchway.api.auth import bearer_token
-from hatchway.api.context import header_dict, headers_run_context
-from hatchway.api.errors import (
-    error_response,
-    hatchway_error_response,
-    internal_error_response,
-    parse_json_body,
-    validate_body,
-)
+from hatchway.api.context import header_dict
+from hatchway.api.errors import parse_json_body, validate_body
 from hatchway.api.sse import DONE, SSE_HEADERS, data_event
 from hatchway.engine.context import RunContext
-from hatchway.engine.items import FunctionCall, Message, ToolSpec
+from hatchway.engine.items import FunctionCall, Item, ToolSpec
 from hatchway.engine.loop import (
     AgentLoop,
     LoopEvent,
@@ -34,15 +26,16 @@ from hatchway.engine.loop import (
     RunResult,
     ToolCallStarted,
 )
+from hatchway.engine.plan import PlanRequest, RunPlan
 from hatchway.engine.providers.chat_format import messages_to_items
-from hatchway.engine.tools.router import ToolRouter
-from hatchway.errors import HatchwayError
-from hatchway.gateway import Gateway, RunPlan
+from hatchway.engine.run import RunScope
+from hatchway.errors import ClientGone, HatchwayError
+from hatchway.gateway import Gateway
 from hatchway.ids import new_id
-from hatchway.observability.runlog import RequestTrace
 
-logger = logging.getLogger("hatchway.api")
 ROUTE = "/v1/chat/completions"
+ROUTE_NAME = "chat.completions"
+"""The route as the run log names it."""
 _HANDLED = {"model", "messages", "stream", "stream_options", "tools", "tool_choice", "parallel_tool_calls"}
 
 
@@ -105,78 +98,34 @@ class ChatCompletionsApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         scope["route"] = self
-        done: Callable[[], None] | None = None
         if scope["method"] != "POST":
-            response = _method_not_allowed()
-        else:
-            try:
-                response, done = await self._answer(scope, receive)
-            except ClientDisconnect:
-                return  # gone before its body arrived: nobody to answer
-            except HatchwayError as exc:  # before the run started (authentication, headers)
-                response = hatchway_error_response(exc)
-            except Exception:
-                logger.exception("unhandled error")
-                response = internal_error_response()
-        try:
-            await response(scope, receive, send)
-        finally:
-            if done is not None:
-                done()  # the run-log record: built and queued once the answer is on its way
-
-    async def _answer(self, scope: Scope, receive: Receive) -> tuple[Response, Callable[[], None] | None]:
+            raise StarletteHTTPException(405, "Method Not Allowed", headers={"allow": "POST"})
         gw = self.gw
         headers = header_dict(scope["headers"])
         principal = await gw.orgs.authenticate(bearer_token(headers.get("authorization", "")))
-        ctx = headers_run_context(headers, principal, gw.settings.loop_deadline_seconds)
-        trace = RequestTrace("chat.completions", ctx)
-        try:
-            body = validate_body(ChatRequest, parse_json_body(await read_body(receive)))
-            trace.model = body.model
-            plan = await gw.plan_run(body.model, ctx, ctx.request_headers)
-            trace.agent = plan.agent.name if plan.agent else None
-            trace.plugin_source = plan.plugin_source
-            items = messages_to_items(body.messages)
-            if plan.instructions:
-                items.insert(0, Message(role="system", content=plan.instructions))
-            loop = AgentLoop(
-                plan.model,
-                ToolRouter(toolsets=plan.toolsets, client_tools=body.client_tools()),
-                plan.loop,
-                tool_choice=body.tool_choice,
-                parallel_tool_calls=body.parallel_tool_calls,
-                params=body.passthrough(),
-            )
-            if body.stream:
-                return await _streamed(gw, loop, items, ctx, body, plan, trace), None
-            result = await loop.run(items, ctx)
-        except HatchwayError as exc:
-            return hatchway_error_response(exc), functools.partial(
-                _log, gw, trace, exc.status_code, None, exc.message
-            )
-        payload = completion_body(result, body.model, created=int(time.time()))
-        response = Response(
-            orjson.dumps(payload), media_type="application/json", headers=_run_headers(result, trace)
+        ctx = RunContext.from_headers(principal, headers, deadline_seconds=gw.settings.loop_deadline_seconds)
+        # The record is written when the scope closes: after the answer is on its way.
+        async with gw.scopes.open(ROUTE_NAME, ctx) as run:
+            response = await self._answer(run, receive)
+            await response(scope, receive, send)
+
+    async def _answer(self, run: RunScope, receive: Receive) -> Response:
+        body = validate_body(ChatRequest, parse_json_body(await read_body(receive)))
+        run.model = body.model
+        plan = await self.gw.planner.plan(PlanRequest(model=body.model), run.ctx, run)
+        items = plan.conversation(messages_to_items(body.messages))
+        loop = plan.agent_loop(
+            client_tools=body.client_tools(),
+            tool_choice=body.tool_choice,
+            parallel_tool_calls=body.parallel_tool_calls,
+            params=body.passthrough(),
         )
-        return response, functools.partial(_log, gw, trace, 200, result, None)
-
-
-def _log(
-    gw: Gateway, trace: RequestTrace, http_status: int, result: RunResult | None, error: str | None
-) -> None:
-    gw.log_writer.submit(trace.to_record(http_status=http_status, result=result, error=error))
-
-
-def _method_not_allowed() -> Response:
-    body = {
-        "error": {
-            "message": "Method Not Allowed",
-            "type": "invalid_request_error",
-            "param": None,
-            "code": None,
-        }
-    }
-    return error_response(405, body, headers={"allow": "POST"})
+        if body.stream:
+            return await _streamed(loop, items, body, plan, run)
+        result = await loop.run(items, run.ctx)
+        payload = orjson.dumps(completion_body(result, body.model, created=int(time.time())))
+        run.end(200, result)
+        return Response(payload, media_type="application/json", headers=_run_headers(result, run))
 
 
 async def read_body(receive: Receive) -> bytes:
@@ -185,14 +134,14 @@ async def read_body(receive: Receive) -> bytes:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise ClientDisconnect()
+            raise ClientGone("The client went away before its request body arrived.")
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             return b"".join(chunks)
 
 
-def _run_headers(result: RunResult, trace: RequestTrace) -> dict[str, str]:
-    headers = {"x-hatchway-request-id": trace.log_id, "x-hatchway-rounds": str(result.rounds)}
+def _run_headers(result: RunResult, run: RunScope) -> dict[str, str]:
+    headers = {"x-hatchway-request-id": run.log_id, "x-hatchway-rounds": str(result.rounds)}
     if result.max_rounds_hit:
         headers["x-hatchway-max-rounds-hit"] = "true"
     operation_id = result.interruption.data.get("operation_id") if result.interruption else None
@@ -234,31 +183,23 @@ def completion_body(result: RunResult, model: str, *, created: int) -> dict[str,
 
 
 async def _streamed(
-    gw: Gateway,
-    loop: AgentLoop,
-    items: list[Any],
-    ctx: RunContext,
-    body: ChatRequest,
-    plan: RunPlan,
-    trace: RequestTrace,
+    loop: AgentLoop, items: list[Item], body: ChatRequest, plan: RunPlan, run: RunScope
 ) -> Response:
+    chunks = _ChunkWriter(body.model, include_usage=_include_usage(body))
     if plan.stream_mode == "disabled":
         # The plugin asked for no streaming: run to the end, then send the answer as one chunk so
         # streaming clients still work; the header says what happened.
-        result = await loop.run(items, ctx)
-        gw.log_writer.submit(trace.to_record(http_status=200, result=result))
-        chunks = _ChunkWriter(body.model, include_usage=_include_usage(body))
-        frames = [chunks.role(), *chunks.text(result.text or ""), *chunks.finish(result), DONE]
-        headers = {**SSE_HEADERS, **_run_headers(result, trace), "x-hatchway-stream-mode": "disabled"}
-        return StreamingResponse(iter(frames), media_type="text/event-stream", headers=headers)
+        result = await loop.run(items, run.ctx)
+        run.end(200, result)
+        whole = [chunks.role(), *chunks.text(result.text or ""), *chunks.finish(result), DONE]
+        headers = {**SSE_HEADERS, **_run_headers(result, run), "x-hatchway-stream-mode": "disabled"}
+        return StreamingResponse(iter(whole), media_type="text/event-stream", headers=headers)
 
-    events = loop.events(items, ctx, stream=True)
+    events = loop.events(items, run.ctx, stream=True)
     head = await _prefetch(events)  # upstream errors before the first byte keep their HTTP status
-    chunks = _ChunkWriter(body.model, include_usage=_include_usage(body))
 
     async def frames() -> AsyncIterator[bytes]:
-        result: RunResult | None = None
-        error: str | None = None
+        # A client that hangs up cancels this generator: the scope then records the run as 499.
         streamed = False
         try:
             yield chunks.role()
@@ -272,16 +213,14 @@ async def _streamed(
                         yield frame
                     for frame in chunks.finish(result):
                         yield frame
+                    run.end(200, result)
             yield DONE
         except HatchwayError as exc:
-            error = exc.message
+            run.end(502, error=exc.message)
             yield data_event(exc.to_body())
             yield DONE
-        finally:
-            http_status = 200 if error is None and result is not None else 499 if error is None else 502
-            gw.log_writer.submit(trace.to_record(http_status=http_status, result=result, error=error))
 
-    headers = {**SSE_HEADERS, "x-hatchway-request-id": trace.log_id}
+    headers = {**SSE_HEADERS, "x-hatchway-request-id": run.log_id}
     return StreamingResponse(frames(), media_type="text/event-stream", headers=headers)
 
 

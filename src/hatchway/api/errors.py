@@ -1,4 +1,10 @@
-"""The one place errors become HTTP responses: ``{"error": {message, type, param, code}}``."""
+"""The one place errors become HTTP responses: ``{"error": {message, type, param, code}}``.
+
+``error_response`` maps every error a request can end in; ``ErrorMiddleware``, a plain ASGI
+middleware, applies it to whatever escapes an app before its response started. It wraps the
+FastAPI app and the raw chat route alike; FastAPI's own handlers for the errors its router catches
+itself (validation, routing) are this same function (``install_error_handlers``).
+"""
 
 from __future__ import annotations
 
@@ -10,30 +16,89 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hatchway.config.loading import format_loc, validation_problems
-from hatchway.errors import HatchwayError, InvalidRequest
+from hatchway.errors import ClientGone, HatchwayError, InvalidRequest
 
 logger = logging.getLogger("hatchway.api")
 M = TypeVar("M", bound=BaseModel)
 
 
-def error_response(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
+def json_error(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
     return Response(orjson.dumps(body), status_code=status, media_type="application/json", headers=headers)
 
 
-def hatchway_error_response(exc: HatchwayError) -> Response:
-    """The response for an error Hatchway raised on purpose (server-side ones are logged, one line)."""
-    if exc.status_code >= 500:
-        logger.warning("%s: %s", type(exc).__name__, exc.message)
-    return error_response(exc.status_code, exc.to_body())
-
-
-def internal_error_response() -> Response:
-    """A bug: the caller gets a 500 in the error shape, never a traceback (the log has it)."""
+def error_response(exc: BaseException) -> Response:
+    """The response for any error a request ends in; a bug is a 500 in the same shape, never a
+    traceback (the log has it)."""
+    if isinstance(exc, HatchwayError):
+        if exc.status_code >= 500:
+            logger.warning("%s: %s", type(exc).__name__, exc.message)
+        return json_error(exc.status_code, exc.to_body())
+    if isinstance(exc, RequestValidationError):
+        return json_error(400, _validation_error(exc).to_body())
+    if isinstance(exc, StarletteHTTPException):
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        body = {"error": {"message": str(exc.detail), "type": kind, "param": None, "code": None}}
+        return json_error(exc.status_code, body, headers=getattr(exc, "headers", None))
+    logger.error("unhandled error", exc_info=exc)
     body = {"error": {"message": "Internal error.", "type": "server_error", "param": None, "code": None}}
-    return error_response(500, body)
+    return json_error(500, body)
+
+
+def _validation_error(exc: RequestValidationError) -> InvalidRequest:
+    parts = []
+    for err in exc.errors():
+        loc = tuple(p for p in err.get("loc", ()) if p not in ("body", "query", "path", "header"))
+        parts.append((format_loc(loc), str(err.get("msg", "invalid"))))
+    message = "; ".join(f"{p}: {m}" if p else m for p, m in parts) or "Invalid request."
+    return InvalidRequest(message, param=parts[0][0] if parts else None)
+
+
+class ErrorMiddleware:
+    """Answers an error that escapes ``app`` before its response started; nothing escapes further.
+
+    A client that went away gets nothing; an error after the response started can only be logged
+    (the server closes the connection).
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_and_note(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        except (ClientGone, ClientDisconnect):
+            return
+        except Exception as exc:
+            if started:
+                logger.error("error after the response started", exc_info=exc)
+                return
+            await error_response(exc)(scope, receive, send)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Errors FastAPI's router catches itself go through ``error_response`` too."""
+
+    async def handle(_: Request, exc: Exception) -> Response:
+        return error_response(exc)
+
+    app.add_exception_handler(RequestValidationError, handle)
+    app.add_exception_handler(StarletteHTTPException, handle)
 
 
 def parse_json_body(raw: bytes) -> Any:
@@ -56,31 +121,3 @@ def validate_body(model: type[M], data: Any) -> M:
         problems = validation_problems(exc)
         message = "; ".join(f"{path}: {msg}" if path else msg for path, msg in problems)
         raise InvalidRequest(message, param=problems[0][0] or None) from None
-
-
-def install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(HatchwayError)
-    async def _hatchway(_: Request, exc: HatchwayError) -> Response:
-        return hatchway_error_response(exc)
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> Response:
-        errors = exc.errors()
-        parts = []
-        for err in errors:
-            loc = tuple(p for p in err.get("loc", ()) if p not in ("body", "query", "path", "header"))
-            parts.append((format_loc(loc), str(err.get("msg", "invalid"))))
-        message = "; ".join(f"{p}: {m}" if p else m for p, m in parts) or "Invalid request."
-        body = InvalidRequest(message, param=parts[0][0] if parts else None).to_body()
-        return error_response(400, body)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> Response:
-        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        body = {"error": {"message": str(exc.detail), "type": kind, "param": None, "code": None}}
-        return error_response(exc.status_code, body, headers=getattr(exc, "headers", None))
-
-    @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception) -> Response:
-        logger.exception("unhandled error")
-        return internal_error_response()

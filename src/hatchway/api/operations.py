@@ -1,6 +1,6 @@
 """``/v1/operations``: the organisation's transactional operations, confirmed or cancelled by id.
 
-Confirming executes the operation through the MCP servers of its agent (``Gateway.operation_caller``)
+Confirming executes the operation through the MCP servers of its agent (``Planner.operation_caller``)
 exactly once; a confirmation that finds it already executing or finished gets 409 with the
 operation as it is, so a double click or a client retry never runs it again.
 """
@@ -102,7 +102,7 @@ async def confirm(
             op,
             code="operation_not_pending",
         )
-    caller = await gw.operation_caller(op.agent, ctx)
+    caller = await gw.planner.operation_caller(op.agent, ctx)
     outcome = await confirm_operation(gw.operations, op.id, caller, ctx, via="api", expected_digest=digest)
     if not outcome.executed:
         raise OperationConflict(

@@ -22,13 +22,13 @@ from starlette.responses import Response
 
 from hatchway.api.auth import authenticate
 from hatchway.api.context import run_context
-from hatchway.api.responses_compact import stored_conversation
-from hatchway.api.responses_runs import ResponseRun, ResponseRunner
-from hatchway.api.responses_wire import CreateResponseRequest
 from hatchway.config.loading import validation_problems
 from hatchway.engine.context import Principal
 from hatchway.errors import HatchwayError, InvalidRequest
 from hatchway.gateway import Gateway
+from hatchway.responses.chain import stored_conversation
+from hatchway.responses.runs import ResponseRun, StartedRun
+from hatchway.responses.wire import CreateResponseRequest
 
 router = APIRouter()
 REMEMBERED_RESPONSES = 4
@@ -68,7 +68,6 @@ class SocketSession:
         self.gw = gw
         self.principal = principal
         self.websocket = websocket
-        self.runner = ResponseRunner(gw)
         self.remembered: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
         self._continued: str | None = None
         """The ``previous_response_id`` of the turn being handled."""
@@ -81,50 +80,41 @@ class SocketSession:
         """
         self._continued = None
         try:
-            run, history = await self._prepare(text)
+            started, history = await self._start(text)
         except HatchwayError as exc:
             self._forget(self._continued)
             await self._send(socket_error(exc))
             return
-        await self._stream(run)
+        await self._stream(started)
+        run = started.run
         if run.record.status not in ("completed", "incomplete"):
             self._forget(self._continued)
         elif not run.stored:  # stored responses continue through the store, from any socket
             self._remember(run, history)
 
-    async def _prepare(self, text: str) -> tuple[ResponseRun, list[dict[str, Any]]]:
+    async def _start(self, text: str) -> tuple[StartedRun, list[dict[str, Any]]]:
         message = _client_event(text)
         previous = message.pop("previous_response_id", None)
         self._continued = previous if isinstance(previous, str) else None
         body = _body(message)  # validated without previous_response_id: store: false may continue here
         body.previous_response_id = previous
-        ctx = run_context(
-            cast(Request, self.websocket), self.principal, self.gw.settings.loop_deadline_seconds
-        )
-        if previous is None:
-            return await self.runner.prepare(body, ctx), []
-        history = self.remembered.get(previous)
-        if history is None and body.store is not False:
-            return await self.runner.prepare(body, ctx), []  # a stored chain, read as over HTTP
+        ctx = run_context(self.websocket, self.principal, self.gw.settings.loop_deadline_seconds)
+        responses = self.gw.responses
+        history = self.remembered.get(previous) if previous is not None else None
+        if previous is None or (history is None and body.store is not False):
+            return await responses.start_turn(body, ctx, None), []  # a stored chain, read as over HTTP
         if history is None:  # store: false, not on this socket: the stored chain, if there is one
-            history = await stored_conversation(self.gw, self.principal.org_id, previous)
-        return await self.runner.prepare(body, ctx, local_history=history), history
+            history, _ = await stored_conversation(responses.store, self.principal.org_id, previous)
+        return await responses.start_turn(body, ctx, history), history
 
-    async def _stream(self, run: ResponseRun) -> None:
-        log = run.attach_stream()
-        assert run.writer is not None
-        run.writer.error_events = False
-        run.writer.lifecycle("response.created", run.snapshot())
-        run.writer.lifecycle("response.in_progress", run.snapshot())
-        task = asyncio.ensure_future(self.runner.execute(run))
+    async def _stream(self, started: StartedRun) -> None:
         try:
-            async for event in log.follow():
+            async for event in started.events.follow():
                 await self._send(event)
         finally:
-            if not task.done():  # the client went away mid-turn: stop the upstream work
-                task.cancel()
-            with contextlib.suppress(HatchwayError, asyncio.CancelledError):
-                await task  # a failure was already sent as error + response.failed
+            if not started.task.done():  # the client went away mid-turn: stop the upstream work
+                started.task.cancel()
+            await asyncio.wait([started.task])  # its scope records how it ended
 
     def _forget(self, response_id: str | None) -> None:
         if response_id is not None:

@@ -73,8 +73,6 @@ def worker(
 
 
 async def _work(gw: Gateway, concurrency: int) -> int:
-    from hatchway.api.responses_worker import response_worker
-
     assert gw.jobs is not None
     try:
         await gw.db.ping()
@@ -84,7 +82,7 @@ async def _work(gw: Gateway, concurrency: int) -> int:
         logger.error("cannot start: %s", _reason(exc))
         await gw.close()
         return 1
-    worker = response_worker(gw, concurrency)
+    worker = gw.responses.background.worker(concurrency)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -248,13 +248,16 @@ class McpServerConfig(_PluginModel):
         return self.tools == "*" or tool in self.tools
 
 
+StreamMode = Literal["final_only", "disabled"]
+
+
 class PluginAgentConfig(_PluginModel):
     """The agent loop settings of a plugin."""
 
     max_rounds: Annotated[int, Field(ge=1, le=100)] = 10
     """Model rounds before the loop stops: the last round's tool calls run, then that round's model
     response is returned (``finish_reason: "max_rounds"``)."""
-    stream_mode: Literal["final_only", "disabled"] = "final_only"
+    stream_mode: StreamMode = "final_only"
     """``final_only``: tool rounds (and text written before a tool call) are not streamed, the answer
     is; ``disabled``: the answer is sent as one chunk at the end."""
     tool_call_parallel: bool = True

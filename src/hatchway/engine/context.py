@@ -1,13 +1,23 @@
-"""What a run knows about who asked and under which limits; passed to every tool call."""
+"""What a run knows about who asked and under which limits; passed to every tool call.
+
+A ``RunContext`` is built in one place, ``RunContext.from_headers`` (an HTTP request, or a queued
+response's stored headers on a worker), and a subagent's from its parent's with ``child()``. Its
+``run`` is the run-wide state (``RunState``): counters the loop keeps and what toolsets report,
+typed, linked to the parent run's state so a run tree can be totalled.
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
+from hatchway.engine.items import Usage
+from hatchway.errors import InvalidRequest
 from hatchway.observability.log_redaction import SECRETS
+
+MAX_ON_BEHALF_OF = 256
+MAX_SESSION_KEY = 256
 
 
 @dataclass(slots=True)
@@ -18,6 +28,60 @@ class Principal:
     org_name: str
     key_id: str | None = None
     key_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ListingFailure:
+    """A server whose tools could not be listed: the run went on without them."""
+
+    server: str
+    message: str
+
+
+@dataclass(eq=False)
+class RunState:
+    """Run-wide state: what the loop counted and toolsets reported, for the run log and limits.
+
+    A subagent's state is a child of its parent's (``children``), so what a whole run tree used is
+    ``tree_usage()`` / ``tree_tool_calls()`` of its root.
+    """
+
+    parent: RunState | None = None
+    usage: Usage = field(default_factory=Usage)
+    """Tokens of this run's model calls (its children's are theirs)."""
+    tool_calls: int = 0
+    """Gateway tool calls this run made (client tool calls are the client's)."""
+    listing_failures: list[ListingFailure] = field(default_factory=list)
+    children: list[RunState] = field(default_factory=list)
+
+    def child(self) -> RunState:
+        state = RunState(parent=self)
+        self.children.append(state)
+        return state
+
+    @property
+    def root(self) -> RunState:
+        state = self
+        while state.parent is not None:
+            state = state.parent
+        return state
+
+    def tree_usage(self) -> Usage:
+        total = Usage()
+        for state in self._tree():
+            total.add(state.usage)
+        return total
+
+    def tree_tool_calls(self) -> int:
+        return sum(state.tool_calls for state in self._tree())
+
+    def _tree(self) -> list[RunState]:
+        states, pending = [], [self]
+        while pending:
+            state = pending.pop()
+            states.append(state)
+            pending.extend(state.children)
+        return states
 
 
 @dataclass
@@ -35,10 +99,48 @@ class RunContext:
     depth: int = 0
     """Subagent nesting depth (0 for a top-level request)."""
     response_id: str | None = None
-    agent: str | None = None
     secret_values: set[str] = field(default_factory=set)
     """Every secret value resolved during the run; scrubbed from anything stored or returned."""
-    extras: dict[str, Any] = field(default_factory=dict)
+    run: RunState = field(default_factory=RunState)
+
+    @classmethod
+    def from_headers(
+        cls, principal: Principal, headers: Mapping[str, str], *, deadline_seconds: float, depth: int = 0
+    ) -> RunContext:
+        """The context of a request from its lower-cased headers; 400 for an oversized identity."""
+        on_behalf_of = headers.get("x-on-behalf-of") or None
+        if on_behalf_of is not None and len(on_behalf_of) > MAX_ON_BEHALF_OF:
+            raise InvalidRequest(
+                f"X-On-Behalf-Of: at most {MAX_ON_BEHALF_OF} characters (got {len(on_behalf_of)})",
+                param="X-On-Behalf-Of",
+            )
+        session_key = headers.get("hatchway-session") or None
+        if session_key is not None and len(session_key) > MAX_SESSION_KEY:
+            raise InvalidRequest(
+                f"hatchway-session: at most {MAX_SESSION_KEY} characters (got {len(session_key)}); "
+                "send a conversation id, not the conversation",
+                param="hatchway-session",
+            )
+        return cls(
+            principal=principal,
+            request_headers=headers,
+            on_behalf_of=on_behalf_of,
+            session_key=session_key,
+            deadline=time.monotonic() + deadline_seconds,
+            depth=depth,
+        )
+
+    def child(self) -> RunContext:
+        """A subagent's context: the same caller, headers, deadline and secrets, one level deeper."""
+        return RunContext(
+            principal=self.principal,
+            request_headers=self.request_headers,
+            on_behalf_of=self.on_behalf_of,
+            deadline=self.deadline,
+            depth=self.depth + 1,
+            secret_values=self.secret_values,
+            run=self.run.child(),
+        )
 
     @property
     def org_id(self) -> str:

@@ -1,29 +1,45 @@
 """What the gateway observes about runs: metrics always, spans when tracing is on.
 
-``Telemetry.instrument(plan, ctx)`` is called once a run is planned: it counts the run as in
-flight, opens the run's span and wraps the plan's provider and toolsets so model and tool calls
-get spans of their own. The run ends when its request-log record is made
-(``RequestTrace.to_record`` calls the hook left in ``ctx.extras``), which closes both.
+``RunScope`` (``engine/run.py``) is the only caller of the run hooks here: ``run_started`` when a
+run is planned (the run counts as in flight; with tracing on its span opens and ``RunInstruments``
+wraps the model provider and toolsets so model and tool calls get spans of their own) and
+``run_ended`` when its scope closes, on every exit path.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
-from hatchway.engine.context import RunContext
+from hatchway.engine.providers.routing import ResolvedModel
+from hatchway.engine.tools.base import Toolset
 from hatchway.observability.metrics import Metrics
-from hatchway.observability.runlog import RUN_END_KEY
 from hatchway.observability.spans import TracedProvider, TracedToolset
 from hatchway.observability.tracing import Tracing
-from hatchway.store.logs import Record
+from hatchway.store.logs import LogRecord, Record
 
-if TYPE_CHECKING:
-    from hatchway.gateway import RunPlan
+
+@dataclass(frozen=True, slots=True)
+class RunInstruments:
+    """Wraps a run's model and toolsets in spans parented on the run's span (identity when off)."""
+
+    span: Span | None = None
+    tracer: Tracer | None = None
+
+    def model(self, model: ResolvedModel) -> ResolvedModel:
+        if self.span is None or self.tracer is None:
+            return model
+        provider = TracedProvider(model.provider, self.tracer, trace.set_span_in_context(self.span))
+        return dataclasses.replace(model, provider=provider)
+
+    def toolset(self, toolset: Toolset) -> Toolset:
+        if self.span is None or self.tracer is None:
+            return toolset
+        return TracedToolset(toolset, self.tracer, trace.set_span_in_context(self.span))
 
 
 class Telemetry:
@@ -33,40 +49,27 @@ class Telemetry:
         self.metrics = metrics
         self.tracing = tracing
 
-    def instrument(self, plan: RunPlan, ctx: RunContext) -> None:
-        """Count the run in flight; with tracing on, open its span and wrap its model and tools."""
+    def run_started(self, name: str, attributes: dict[str, Any]) -> Span | None:
+        """Count a run in flight; with tracing on, open its ``invoke_agent`` span."""
         self.metrics.runs_in_flight.inc()
-        span = self._start_run(plan, ctx) if self.tracing.tracer is not None else None
-        ctx.extras[RUN_END_KEY] = functools.partial(self._run_ended, span)
-
-    def _start_run(self, plan: RunPlan, ctx: RunContext) -> Span:
         tracer = self.tracing.tracer
-        assert tracer is not None
-        name = plan.agent.name if plan.agent is not None else plan.public_model
-        span = tracer.start_span(  # parent: the HTTP request's span, or the tool call spawning a child
-            f"invoke_agent {name}",
-            kind=SpanKind.INTERNAL,
-            attributes={
-                "gen_ai.operation.name": "invoke_agent",
-                "gen_ai.agent.name": name,
-                "gen_ai.request.model": plan.public_model,
-                "hatchway.org_id": ctx.org_id,
-                "hatchway.depth": ctx.depth,
-                "hatchway.plugin_source": plan.plugin_source or "",
-            },
-        )
-        if ctx.response_id:
-            span.set_attribute("hatchway.response_id", ctx.response_id)
-        parent = trace.set_span_in_context(span)
-        plan.model = dataclasses.replace(
-            plan.model, provider=TracedProvider(plan.model.provider, tracer, parent)
-        )
-        plan.toolsets = [TracedToolset(t, tracer, parent) for t in plan.toolsets]
-        return span
+        if tracer is None:
+            return None
+        # Parent: the HTTP request's span, or the tool call spawning a child.
+        return tracer.start_span(f"invoke_agent {name}", kind=SpanKind.INTERNAL, attributes=attributes)
 
-    def _run_ended(self, span: Span | None, record: Record) -> None:
+    def instruments(self, span: Span | None) -> RunInstruments:
+        return RunInstruments(span, self.tracing.tracer)
+
+    def run_ended(self, span: Span | None, record: LogRecord | None) -> None:
+        """The run's scope closed: out of flight; its span ends, described by its record (None:
+        handed to the job queue, whose worker records it)."""
         self.metrics.runs_in_flight.dec()
         if span is None:
+            return
+        if record is None:
+            span.set_attribute("hatchway.status", "queued")
+            span.end()
             return
         span.set_attributes(
             {

@@ -6,14 +6,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from hatchway.engine.context import RunContext
 from hatchway.engine.items import FunctionCall, Item, ToolSpec
-
-TOOL_LISTING_FAILURES = "hatchway.tool_listing_failures"
-"""``ctx.extras`` key: toolsets append ``{"server", "message"}`` for each server whose tools could not
-be listed, so the run log shows which server was missing from the run and why."""
+from hatchway.engine.tools.payloads import error_body
 
 
 @dataclass(slots=True)
@@ -22,7 +17,6 @@ class Interruption:
 
     message: str
     """What the user is asked, returned as the assistant's message."""
-    kind: str = "confirmation"
     data: dict[str, Any] = field(default_factory=dict)
 
 
@@ -39,8 +33,11 @@ class ToolResult:
     @classmethod
     def error(cls, code: str, message: str, **meta: Any) -> ToolResult:
         """A structured error the model can read and react to."""
-        body = orjson.dumps({"error": {"code": code, "message": message}}).decode()
-        return cls(output=body, is_error=True, meta={"outcome": "error", "error_code": code, **meta})
+        return cls(
+            output=error_body(code, message),
+            is_error=True,
+            meta={"outcome": "error", "error_code": code, **meta},
+        )
 
 
 @dataclass(slots=True)
@@ -58,7 +55,8 @@ class Toolset(ABC):
 
     @abstractmethod
     async def list_tools(self, ctx: RunContext) -> list[ToolSpec]:
-        """The tools the model may call, with names unique across the run."""
+        """The tools the model may call, with names unique across the run. A source that cannot
+        list some of its tools reports it in ``ctx.run.listing_failures`` and lists the rest."""
 
     @abstractmethod
     async def call_tool(self, call: FunctionCall, ctx: RunContext) -> ToolResult:

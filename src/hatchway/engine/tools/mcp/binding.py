@@ -1,20 +1,20 @@
 """Binding an MCP plugin to a run: from an agent, a routing rule, or the inline request header.
 
-``PluginBinding`` is the plan contributor (``Gateway.plan_contributors``). Plugin files named in
-hatchway.yaml are parsed once, when the gateway is built (a broken one stops the start with the
-file and the field path); inline plugins are parsed per distinct header value and cached by hash.
+``PluginBinding.bind`` returns the run's ``PluginPart`` (its MCP client, the toolset the model sees,
+the plugin's loop settings). Plugin files named in hatchway.yaml are parsed once, when the binding
+is built (a broken one stops the start with the file and the field path); inline plugins are parsed
+per distinct header value and cached by hash.
 
-An agent with ``tools:`` (tools.yaml) gets the plugin's client as ``plan.mcp`` but not the plugin's
-tools: its model sees only what tools.yaml declares, bound by the operations contributor under
-their policies. Offering the plain MCP tools as well would let the model call a transactional tool
-(or its validator) around its confirmation.
+An agent with ``tools:`` (tools.yaml) gets the plugin's client but not the plugin's tools: its model
+sees only what tools.yaml declares, bound by the operations binding under their policies. Offering
+the plain MCP tools as well would let the model call a transactional tool (or its validator) around
+its confirmation.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import dataclasses
 import fnmatch
 import hashlib
 import importlib
@@ -26,16 +26,19 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from hatchway.config.plugin import PluginConfig, load_plugin, parse_plugin
+from hatchway.config.plugin import PluginConfig, StreamMode, load_plugin, parse_plugin
 from hatchway.config.settings import AgentConfig, Settings
 from hatchway.engine.context import RunContext
+from hatchway.engine.tools.base import Toolset
+from hatchway.engine.tools.mcp.credentials import McpCredentials
 from hatchway.engine.tools.mcp.egress import check_egress
 from hatchway.engine.tools.mcp.forwarding import forwarded_headers
+from hatchway.engine.tools.mcp.pool import McpServerPool
 from hatchway.errors import ConfigError, Conflict, InvalidRequest, PermissionDenied, SecretNotFound
+from hatchway.store.cache import Cache
 
 if TYPE_CHECKING:
     from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
-    from hatchway.gateway import Gateway, RunPlan
 
 PLUGIN_HEADER = "hatchway-mcp-plugin"
 PLUGIN_HEADER_ALIASES = ("floopy-mcp-plugin",)
@@ -53,10 +56,30 @@ class BoundPlugin:
     header: str | None = None
 
 
-class PluginBinding:
-    """Plan contributor: finds the request's plugin and binds its MCP tools and loop settings."""
+@dataclass(frozen=True, slots=True)
+class PluginPart:
+    """What a plugin gives a run."""
 
-    def __init__(self, settings: Settings) -> None:
+    client: PluginMcpClient
+    """Calls tools on the plugin's servers (operations call their validators and tools with it)."""
+    toolset: Toolset | None
+    """The plugin's tools for the model; None for an agent with tools.yaml (see the module docstring)."""
+    source: str
+    max_rounds: int
+    tool_call_parallel: bool
+    stream_mode: StreamMode
+
+
+class PluginBinding:
+    """Finds each request's plugin and binds its MCP tools and loop settings."""
+
+    def __init__(
+        self, settings: Settings, *, pool: McpServerPool, credentials: McpCredentials, cache: Cache
+    ) -> None:
+        self.pool = pool
+        self.credentials = credentials
+        self.cache = cache
+        self.allow_private = settings.allow_private_mcp_urls
         self._files: dict[Path, PluginConfig] = {}
         self._rules = [
             (rule, self._load(settings, rule.plugin, f"routing_rules[{i}].plugin"))
@@ -80,54 +103,70 @@ class PluginBinding:
                 raise ConfigError(f"{path} (from hatchway.yaml {field})", exc.problems) from None
         return self._files[path]
 
-    async def __call__(self, gw: Gateway, plan: RunPlan, ctx: RunContext, headers: Mapping[str, str]) -> None:
-        bound = self.select(plan, headers)
+    async def check(
+        self, agent: AgentConfig | None, public_model: str, ctx: RunContext
+    ) -> BoundPlugin | None:
+        """The request's plugin, checked as a run of it would be: a bad inline plugin, a refused
+        address, a bad forwarded header or a secret it may not use fail now (4xx)."""
+        bound = self.select(agent, public_model, ctx.request_headers)
         if bound is None:
-            return
+            return None
         if not bound.trusted:
-            await _check_untrusted(bound, allow_private=gw.settings.allow_private_mcp_urls)
+            await _check_untrusted(bound, allow_private=self.allow_private)
+        await self._authorize(bound, ctx)
+        return bound
+
+    async def bind(self, agent: AgentConfig | None, public_model: str, ctx: RunContext) -> PluginPart | None:
+        """The run's plugin part, or None when no plugin is bound to this request."""
+        bound = await self.check(agent, public_model, ctx)
+        if bound is None:
+            return None
         from hatchway.engine.tools.mcp.toolset import McpToolset  # with the MCP SDK: see pool.py
 
-        client = await _client(gw, bound, ctx)
-        agent = bound.plugin.agent
-        if plan.agent is None or not plan.agent.tools:  # tools.yaml agents: see the module docstring
-            plan.toolsets.append(
-                McpToolset(client, cache=gw.cache, cache_ttl_seconds=agent.tool_cache_ttl_seconds)
-            )
-        plan.mcp = client
-        plan.loop = dataclasses.replace(
-            plan.loop, max_rounds=agent.max_rounds, tool_call_parallel=agent.tool_call_parallel
+        client = self._client(bound)
+        settings = bound.plugin.agent
+        toolset = None
+        if agent is None or not agent.tools:  # tools.yaml agents: see the module docstring
+            toolset = McpToolset(client, cache=self.cache, cache_ttl_seconds=settings.tool_cache_ttl_seconds)
+        return PluginPart(
+            client=client,
+            toolset=toolset,
+            source=bound.source,
+            max_rounds=settings.max_rounds,
+            tool_call_parallel=settings.tool_call_parallel,
+            stream_mode=settings.stream_mode,
         )
-        plan.stream_mode = agent.stream_mode
-        plan.plugin_source = bound.source
 
-    async def agent_caller(self, gw: Gateway, agent: AgentConfig, ctx: RunContext) -> PluginMcpClient:
-        """The MCP client of ``agent``'s plugin outside a run (``Gateway.operation_callers``: a
-        confirmation through ``POST /v1/operations/{id}/confirm`` executes with it)."""
+    async def agent_caller(self, agent: AgentConfig, ctx: RunContext) -> PluginMcpClient:
+        """The MCP client of ``agent``'s plugin outside a run (a confirmation through
+        ``POST /v1/operations/{id}/confirm`` executes with it)."""
         plugin = self._agents.get(agent.name)
         if plugin is None:
             raise Conflict(
                 f"The agent '{agent.name}' has no plugin, so its operations cannot be executed.",
                 code="agent_without_plugin",
             )
-        return await _client(gw, BoundPlugin(plugin, f"agent:{agent.name}", trusted=True), ctx)
+        bound = BoundPlugin(plugin, f"agent:{agent.name}", trusted=True)
+        await self._authorize(bound, ctx)
+        return self._client(bound)
 
-    def select(self, plan: RunPlan, headers: Mapping[str, str]) -> BoundPlugin | None:
+    def select(
+        self, agent: AgentConfig | None, public_model: str, headers: Mapping[str, str]
+    ) -> BoundPlugin | None:
         """The plugin for this request: the agent's own, else the inline header, else a routing rule."""
         header, value = _inline_header(headers)
-        if plan.agent is not None and plan.agent.name in self._agents:
+        if agent is not None and agent.name in self._agents:
             if header is not None:
                 raise InvalidRequest(
-                    f"{header}: the agent '{plan.agent.name}' has its own plugin; do not send this header "
-                    "with it",
+                    f"{header}: the agent '{agent.name}' has its own plugin; do not send this header with it",
                     param=header,
                     code="invalid_plugin",
                 )
-            return BoundPlugin(self._agents[plan.agent.name], f"agent:{plan.agent.name}", trusted=True)
+            return BoundPlugin(self._agents[agent.name], f"agent:{agent.name}", trusted=True)
         if header is not None and value is not None:
             return BoundPlugin(self.inline(header, value), "inline", trusted=False, header=header)
         for rule, plugin in self._rules:
-            if fnmatch.fnmatchcase(plan.public_model, rule.match.model):
+            if fnmatch.fnmatchcase(public_model, rule.match.model):
                 return BoundPlugin(plugin, f"rule:{rule.name}", trusted=True)
         return None
 
@@ -144,25 +183,26 @@ class PluginBinding:
             self._inline.popitem(last=False)
         return plugin
 
+    async def _authorize(self, bound: BoundPlugin, ctx: RunContext) -> None:
+        """Bad forwarded values and secrets the plugin may not use fail now, naming the field."""
+        for i, server in enumerate(bound.plugin.mcp_servers):
+            forwarded_headers(server.forward_headers, ctx.request_headers)  # CR/LF values → 400 now
+            try:
+                await self.credentials.authorize(server, ctx, trusted=bound.trusted)
+            except (SecretNotFound, PermissionDenied) as exc:  # name the plugin field, not "name"
+                param = f"mcp_servers[{i}].auth.secret_ref"
+                raise type(exc)(exc.message, param=param, code=exc.code) from None
 
-async def _client(gw: Gateway, bound: BoundPlugin, ctx: RunContext) -> PluginMcpClient:
-    """A client of ``bound``'s servers for ``ctx``; bad forwarded values and missing secrets fail now."""
-    for i, server in enumerate(bound.plugin.mcp_servers):
-        forwarded_headers(server.forward_headers, ctx.request_headers)  # CR/LF values → 400 now
-        try:
-            await gw.mcp_credentials.authorize(server, ctx, trusted=bound.trusted)
-        except (SecretNotFound, PermissionDenied) as exc:  # name the plugin field, not "name"
-            param = f"mcp_servers[{i}].auth.secret_ref"
-            raise type(exc)(exc.message, param=param, code=exc.code) from None
-    from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
+    def _client(self, bound: BoundPlugin) -> PluginMcpClient:
+        from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
 
-    return PluginMcpClient(
-        bound.plugin,
-        trusted=bound.trusted,
-        pool=gw.mcp_pool,
-        credentials=gw.mcp_credentials,
-        guard_egress=not bound.trusted and not gw.settings.allow_private_mcp_urls,
-    )
+        return PluginMcpClient(
+            bound.plugin,
+            trusted=bound.trusted,
+            pool=self.pool,
+            credentials=self.credentials,
+            guard_egress=not bound.trusted and not self.allow_private,
+        )
 
 
 def _inline_header(headers: Mapping[str, str]) -> tuple[str | None, str | None]:

@@ -1,7 +1,7 @@
 """The seam other tool layers use to call one MCP tool through the run's plugin.
 
-The plugin contributor (agent-loop issue) sets ``RunPlan.mcp`` to an object satisfying
-``McpToolCaller`` for the plugin bound to the run; operations (tools.yaml / tool_policies.yaml)
+The plugin binding gives each run an object satisfying ``McpToolCaller`` for the plugin bound to it
+(``PluginPart.client``); operations (tools.yaml / tool_policies.yaml)
 call validators and primary tools through it, with the same pool, auth, headers, timeouts and
 retries as the loop's own MCP calls.
 """

@@ -1,6 +1,6 @@
 """The MCP client of one plugin bound to one run: sessions from the pool, credentials, forwarded
-headers, per-server timeouts and retries. It is ``RunPlan.mcp`` (``McpToolCaller``), so operations
-call validators and tools with exactly the behaviour the loop's own calls get.
+headers, per-server timeouts and retries. It is the run's ``McpToolCaller`` (``PluginPart.client``), so
+operations call validators and tools with exactly the behaviour the loop's own calls get.
 """
 
 from __future__ import annotations

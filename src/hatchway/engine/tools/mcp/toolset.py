@@ -10,9 +10,9 @@ from typing import Any
 import orjson
 
 from hatchway.config.plugin import McpServerConfig
-from hatchway.engine.context import RunContext
+from hatchway.engine.context import ListingFailure, RunContext
 from hatchway.engine.items import FunctionCall, ToolSpec
-from hatchway.engine.tools.base import TOOL_LISTING_FAILURES, ToolResult, Toolset
+from hatchway.engine.tools.base import ToolResult, Toolset
 from hatchway.engine.tools.mcp.forwarding import forwarded_headers
 from hatchway.engine.tools.mcp.naming import namespaced_name
 from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
@@ -47,8 +47,7 @@ class McpToolset(Toolset):
         except HatchwayError as exc:
             # One unreachable server must not take the others' tools away from the run.
             logger.warning("MCP server %s: tools not listed (%s)", server.id, exc.message)
-            failure = {"server": server.id, "message": ctx.redact(exc.message)}
-            ctx.extras.setdefault(TOOL_LISTING_FAILURES, []).append(failure)
+            ctx.run.listing_failures.append(ListingFailure(server.id, ctx.redact(exc.message)))
             return []
         specs = []
         for tool in tools:

@@ -16,10 +16,10 @@ import orjson
 from hatchway.engine.compaction import SUMMARY_PREFIX
 from hatchway.engine.items import FunctionCall, FunctionCallOutput, Item, Message
 from hatchway.engine.tools.base import ToolResult
+from hatchway.engine.tools.payloads import is_error_body
 from hatchway.ids import new_id
 
 HOSTED_SERVER_LABEL = "hatchway"
-_ID_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}
 
 
 # -- engine ⇄ stored -----------------------------------------------------------------------------
@@ -47,15 +47,9 @@ def record_of(item: Item, *, hosted: bool = False, result: ToolResult | None = N
     record = {"type": "function_call_output", "id": item.id, "call_id": item.call_id, "output": item.output}
     if hosted:
         record.update(
-            hosted=True, is_error=result.is_error if result is not None else _is_error_body(item.output)
+            hosted=True, is_error=result.is_error if result is not None else is_error_body(item.output)
         )
     return record
-
-
-def _is_error_body(output: str) -> bool:
-    """Whether an output the loop wrote itself (refused over budget, timed out) is a structured error."""
-    body = _json_or_text(output)
-    return isinstance(body, dict) and set(body) == {"error"} and isinstance(body["error"], dict)
 
 
 def item_of(record: dict[str, Any]) -> Item:
@@ -63,7 +57,7 @@ def item_of(record: dict[str, Any]) -> Item:
     kind = record["type"]
     if kind == "message":
         return Message(role=record["role"], content=record["content"], id=record["id"])
-    if kind == "compaction":  # opened when it arrived (see api/responses_compact.py)
+    if kind == "compaction":  # opened when it arrived (see responses/compaction.py)
         return Message(role="system", content=SUMMARY_PREFIX + record["summary"], id=record["id"])
     if kind == "function_call":
         return FunctionCall(

@@ -17,7 +17,7 @@ from hatchway.config.settings import Settings
 logger = logging.getLogger(__name__)
 
 RUN_RESPONSE = "run_response"
-"""The one job function (see ``jobs/worker.py``)."""
+"""The one job function (see ``responses/worker.py``)."""
 _FINISHED_JOB_TTL_SECONDS = 600
 _OPEN = (Status.NEW, Status.QUEUED, Status.ACTIVE)
 

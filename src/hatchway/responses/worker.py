@@ -3,7 +3,7 @@
 While a run lasts, its job is touched every quarter of ``background.heartbeat_seconds``; a job
 whose worker died stops being touched, and the next sweep (any worker's) retries it or, after
 ``background.max_attempts`` takes, gives it up. What a retry does is the run's business
-(``api/responses_queue.py``): a response still ``queued`` is run; one that had started is never
+(``responses/background.py``): a response still ``queued`` is run; one that had started is never
 run twice — its lease lapses and it ends ``failed``.
 """
 
@@ -19,7 +19,7 @@ from saq import Worker
 from saq.job import Job
 
 from hatchway.config.background import BackgroundSettings
-from hatchway.jobs.queue import RUN_RESPONSE, ResponseQueue
+from hatchway.responses.queue import RUN_RESPONSE, ResponseQueue
 
 logger = logging.getLogger(__name__)
 

@@ -12,12 +12,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from hatchway.api.responses_items import record_of, wire_function_call, wire_mcp_call, wire_message
 from hatchway.engine.items import FunctionCallOutput, Item, Message
 from hatchway.engine.loop import LoopEvent, OutputTextDelta, ToolCallFinished, ToolCallStarted
 from hatchway.ids import new_id
-
-TERMINAL_EVENTS = ("response.completed", "response.failed", "response.incomplete")
+from hatchway.responses.items import record_of, wire_function_call, wire_mcp_call, wire_message
 
 
 @dataclass
@@ -230,25 +228,6 @@ def _in_progress(item: dict[str, Any]) -> dict[str, Any]:
     if item["type"] == "mcp_call":
         return {**item, "status": "in_progress", "output": None, "error": None}
     return item
-
-
-def replay(writer: ResponseStreamWriter, response: dict[str, Any]) -> None:
-    """The events of a response that already ended, for a client streaming it afterwards."""
-    snapshot = {
-        **response,
-        "status": "in_progress",
-        "output": [],
-        "output_text": "",
-        "usage": None,
-        "error": None,
-        "completed_at": None,
-        "incomplete_details": None,
-    }
-    writer.lifecycle("response.created", snapshot)
-    writer.lifecycle("response.in_progress", snapshot)
-    writer.finish(response["output"])
-    writer.lifecycle(terminal_event(response["status"]), response)
-    writer.log.close()
 
 
 def terminal_event(status: str) -> str:

@@ -1,4 +1,4 @@
-"""Stored responses and their ordered items: chains, background runs and leases live here.
+"""Stored responses, their ordered items and the stored requests of queued ones.
 
 Every replica reads and writes responses only through this store, so a chain started on one
 replica continues on another. A running response belongs to the replica named in ``owner`` for as
@@ -8,26 +8,39 @@ that is how a run cut short by a crash or a restart ends as ``failed`` instead o
 A response waiting on the job queue (Redis) has no owner and no lease until a worker ``start``s it.
 Terminal writes are conditional (``WHERE status IN ('queued', 'in_progress')``), so a cancel that
 lands first always wins over a run finishing later on any replica.
+
+A queued background response also has its request stored (``ResponseJobRecord``): the queue carries
+ids only. Its input items and chain are the response's own rows; the job row adds the parameters
+that are not echoed on the Response object, who asked (key id and name, never the key), and the
+request headers the run reads (an inline plugin, forwarded headers), sealed with the organisation's
+vault key because forwarded headers may carry end-user credentials. It goes away with its response.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, delete, select, update
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    delete,
+    func,
+    select,
+    update,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
-from hatchway.engine.background import BackgroundTasks
 from hatchway.errors import NotFound
 from hatchway.store.db import Database
-from hatchway.store.response_jobs import ResponseJobRecord
 from hatchway.store.tables import Base, utcnow
 
-logger = logging.getLogger(__name__)
 ACTIVE = ("queued", "in_progress")
 TERMINAL = ("completed", "failed", "cancelled", "incomplete")
 
@@ -78,8 +91,33 @@ class ResponseItemRecord(Base):
     data: Mapped[dict[str, Any]] = mapped_column(JSON)
 
 
+class ResponseJobRecord(Base):
+    """The stored request of one queued background response."""
+
+    __tablename__ = "response_jobs"
+
+    response_id: Mapped[str] = mapped_column(ForeignKey("responses.id", ondelete="CASCADE"), primary_key=True)
+    body: Mapped[dict[str, Any]] = mapped_column(JSON)
+    """The create request's parameters without ``input`` (stored as the response's input items)."""
+    key_id: Mapped[str | None] = mapped_column(String(40), default=None)
+    key_name: Mapped[str | None] = mapped_column(String(128), default=None)
+    sealed_headers: Mapped[bytes | None] = mapped_column(LargeBinary, default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseJob:
+    """A queued response's request, as a worker reads it."""
+
+    response_id: str
+    body: dict[str, Any]
+    key_id: str | None
+    key_name: str | None
+    sealed_headers: bytes | None
+
+
 @dataclass(slots=True)
-class Outcome:
+class ResponseEnding:
     """How a run ended, as stored."""
 
     status: str
@@ -189,26 +227,26 @@ class ResponseStore:
             )
         return result.rowcount == 1  # type: ignore[attr-defined]
 
-    async def finish(self, response_id: str, outcome: Outcome) -> bool:
-        """Store the outcome unless the response already ended (e.g. was cancelled); True if stored."""
+    async def finish(self, response_id: str, ending: ResponseEnding) -> bool:
+        """Store the ending unless the response already ended (e.g. was cancelled); True if stored."""
         now = utcnow()
         async with self.db.session() as s:
             result = await s.execute(
                 update(ResponseRecord)
                 .where(ResponseRecord.id == response_id, ResponseRecord.status.in_(ACTIVE))
                 .values(
-                    status=outcome.status,
-                    usage=outcome.usage,
-                    error=outcome.error,
-                    incomplete_details=outcome.incomplete_details,
-                    completed_at=now if outcome.status == "completed" else None,
+                    status=ending.status,
+                    usage=ending.usage,
+                    error=ending.error,
+                    incomplete_details=ending.incomplete_details,
+                    completed_at=now if ending.status == "completed" else None,
                     updated_at=now,
                     lease_expires_at=None,
                 )
             )
             stored = result.rowcount == 1  # type: ignore[attr-defined]
             if stored:
-                s.add_all(_item_rows(response_id, "output", outcome.output))
+                s.add_all(_item_rows(response_id, "output", ending.output))
         return stored
 
     async def cancel(self, response_id: str) -> bool:
@@ -235,6 +273,36 @@ class ResponseStore:
                 .order_by(ResponseRecord.created_at, ResponseRecord.id)
             )
             return list(rows)
+
+    async def job(self, response_id: str) -> ResponseJob:
+        """The stored request of a queued response (written with the response itself)."""
+        async with self.db.session() as s:
+            row = await s.get(ResponseJobRecord, response_id)
+        if row is None:
+            raise NotFound(f"No stored request for the queued response '{response_id}'.")
+        return ResponseJob(row.response_id, row.body, row.key_id, row.key_name, row.sealed_headers)
+
+    async def top_level(self, org_id: str, after: str | None, limit: int) -> list[ResponseRecord]:
+        """The organisation's responses that no parent spawned, newest first, before ``after``."""
+        stmt = select(ResponseRecord).where(
+            ResponseRecord.org_id == org_id, ResponseRecord.parent_response_id.is_(None)
+        )
+        if after is not None:
+            stmt = stmt.where(ResponseRecord.id < after)
+        async with self.db.session() as s:
+            return list(await s.scalars(stmt.order_by(ResponseRecord.id.desc()).limit(limit)))
+
+    async def children_counts(self, ids: list[str]) -> dict[str, int]:
+        """How many children each of these responses spawned."""
+        if not ids:
+            return {}
+        stmt = (
+            select(ResponseRecord.parent_response_id, func.count())
+            .where(ResponseRecord.parent_response_id.in_(ids))
+            .group_by(ResponseRecord.parent_response_id)
+        )
+        async with self.db.session() as s:
+            return {parent: count for parent, count in (await s.execute(stmt)).all() if parent}
 
     # -- leases ---------------------------------------------------------------------------------
 
@@ -284,17 +352,3 @@ def _item_rows(response_id: str, direction: str, items: list[dict[str, Any]]) ->
         )
         for i, item in enumerate(items)
     ]
-
-
-async def keep_leases(store: ResponseStore, tasks: BackgroundTasks, lost_message: str) -> None:
-    """Renew this replica's leases, fail runs whose owner is gone, and stop runs cancelled elsewhere."""
-    interval = store.lease_seconds / 3
-    while True:
-        await asyncio.sleep(interval)
-        try:
-            await store.renew_leases()
-            await store.fail_expired(lost_message)
-            for response_id in await store.cancelled_among(tasks.running()):
-                tasks.cancel(response_id)
-        except Exception:  # a database hiccup must not end the heartbeat
-            logger.exception("could not renew response leases")

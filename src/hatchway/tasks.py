@@ -1,7 +1,8 @@
-"""Tasks that outlive the request that started them (background responses, live streams).
+"""Tasks that outlive the request that started them: response runs, lease and retention loops, the
+job-queue worker.
 
-The Gateway owns one ``BackgroundTasks``; ``close()`` cancels and awaits every task on shutdown,
-so each task gets the chance to record how it ended while the database is still open.
+The Gateway owns one ``TaskRegistry``; ``close()`` cancels and awaits every task on shutdown, so
+each task gets the chance to record how it ended while the database is still open.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 
-class BackgroundTasks:
+class TaskRegistry:
     """A registry of named asyncio tasks, each with an optional attachment (e.g. its event log)."""
 
     def __init__(self) -> None:

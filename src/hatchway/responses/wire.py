@@ -6,11 +6,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
-from hatchway.api.responses_items import output_text, wire_items
-from hatchway.engine.items import ToolSpec
+from hatchway.engine.items import ToolSpec, Usage
 from hatchway.errors import InvalidRequest
 from hatchway.ids import new_id
-from hatchway.store.responses import ResponseRecord
+from hatchway.responses.items import output_text, wire_items
+from hatchway.responses.store import ResponseRecord
 
 # Parameters that clients (the OpenAI Agents SDK among them) send and that have no effect here.
 _ACCEPTED_AND_IGNORED = {
@@ -171,6 +171,17 @@ def _tool_dict(tool: FunctionToolParam) -> dict[str, Any]:
         "description": tool.description,
         "parameters": tool.parameters or {"type": "object", "properties": {}},
         "strict": True if tool.strict is None else tool.strict,
+    }
+
+
+def usage_object(usage: Usage) -> dict[str, Any]:
+    """A run's usage as the Responses API reports it."""
+    return {
+        "input_tokens": usage.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": usage.cached_tokens, "cache_write_tokens": 0},
+        "output_tokens": usage.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+        "total_tokens": usage.total_tokens,
     }
 
 

@@ -1,0 +1,180 @@
+"""How one request will run, decided in one step: ``Planner.plan`` → a frozen ``RunPlan``.
+
+The parts are decided in this order, each by the binding that owns it and given only what it needs:
+
+1. the target: the model asked for, or the agent it names, and the provider behind it;
+2. the plugin (``PluginBinding``): the agent's own, the inline header, or a routing rule — its MCP
+   client, its tools for the model and its loop settings;
+3. the agent's tools.yaml operations (``OperationBinding``), calling through the plugin's client;
+4. the hosted ``spawn_subagent`` (``bind_subagents``), when the agent enables it and the adapter
+   can run child responses.
+
+The run's scope then begins (gauge, span), and its instruments wrap the model and toolsets in
+spans. ``RunPlan.agent_loop`` is the one factory of the loop for every adapter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hatchway.config.plugin import StreamMode
+from hatchway.config.settings import AgentConfig, Settings
+from hatchway.engine.context import RunContext
+from hatchway.engine.items import Item, Message, ToolSpec
+from hatchway.engine.loop import AgentLoop, LoopSettings
+from hatchway.engine.providers.routing import ModelRouter, ResolvedModel
+from hatchway.engine.run import RunScope
+from hatchway.engine.tools.base import Toolset
+from hatchway.engine.tools.mcp.binding import PluginBinding
+from hatchway.engine.tools.mcp.calls import McpToolCaller
+from hatchway.engine.tools.operations.binding import OperationBinding
+from hatchway.engine.tools.router import ToolRouter
+from hatchway.engine.tools.subagents import ChildRunner, bind_subagents
+from hatchway.errors import Conflict, ModelNotFound
+
+AGENT_PREFIX = "agent:"
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a request's ``model`` names: a model, or an agent and its model."""
+
+    public_model: str
+    """The name the client asked for (``gpt-4o``, ``agent:contas``…)."""
+    model: ResolvedModel
+    agent: AgentConfig | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRequest:
+    """What an adapter asks of a run's plan."""
+
+    model: str
+    children: ChildRunner | None = None
+    """Who runs ``spawn_subagent`` children (adapters that store responses)."""
+    max_tool_calls: int | None = None
+    stream_tool_round_text: bool = False
+    """Stream the text of tool rounds too (the Responses API keeps those messages in its output)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunPlan:
+    """How one request will run: which model, which gateway tools, under which limits."""
+
+    target: Target
+    toolsets: tuple[Toolset, ...] = ()
+    loop: LoopSettings = field(default_factory=LoopSettings)
+    stream_mode: StreamMode = "final_only"
+    plugin_source: str | None = None
+    """``rule:<name>``, ``inline`` or ``agent:<name>``; None when no plugin is bound."""
+
+    @property
+    def agent(self) -> AgentConfig | None:
+        return self.target.agent
+
+    def conversation(self, items: Sequence[Item], instructions: str | None = None) -> list[Item]:
+        """``items`` after the agent's instructions and the request's own, as system messages."""
+        agent_instructions = self.agent.instructions if self.agent is not None else None
+        system = [Message(role="system", content=t) for t in (agent_instructions, instructions) if t]
+        return [*system, *items]
+
+    def agent_loop(
+        self,
+        *,
+        client_tools: Sequence[ToolSpec] = (),
+        tool_choice: Any = None,
+        parallel_tool_calls: bool | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> AgentLoop:
+        """The loop of this run, with the tools the client declared and its request parameters."""
+        router = ToolRouter(toolsets=list(self.toolsets), client_tools=list(client_tools))
+        return AgentLoop(
+            self.target.model,
+            router,
+            self.loop,
+            tool_choice=tool_choice,
+            parallel_tool_calls=parallel_tool_calls,
+            params=params,
+        )
+
+
+class Planner:
+    """Builds run plans for one gateway from its model router and its tool bindings."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        models: ModelRouter,
+        plugins: PluginBinding,
+        operations: OperationBinding,
+    ) -> None:
+        self.models = models
+        self.plugins = plugins
+        self.operations = operations
+        self.max_tool_result_chars = settings.max_tool_result_chars
+        self._agents = {a.name: a for a in settings.agents}
+
+    def agent(self, model: str) -> AgentConfig | None:
+        """The agent addressed as ``agent:<name>``, None for a plain model; ModelNotFound if unknown."""
+        if not model.startswith(AGENT_PREFIX):
+            return None
+        agent = self._agents.get(model[len(AGENT_PREFIX) :])
+        if agent is None:
+            raise ModelNotFound(model)
+        return agent
+
+    def target(self, model: str) -> Target:
+        """The model (or agent) a request names; ModelNotFound (404) if none."""
+        agent = self.agent(model)
+        return Target(model, self.models.resolve(agent.model if agent else model), agent)
+
+    async def check(self, model: str, ctx: RunContext) -> Target:
+        """What planning would refuse, without planning: for a response that another process will
+        run (the job queue), so a bad request still fails when it is made."""
+        target = self.target(model)
+        await self.plugins.check(target.agent, target.public_model, ctx)
+        return target
+
+    async def plan(self, request: PlanRequest, ctx: RunContext, scope: RunScope) -> RunPlan:
+        """Resolve the model (or agent) and everything bound to this request, then begin its scope."""
+        target = self.target(request.model)
+        plugin = await self.plugins.bind(target.agent, target.public_model, ctx)
+        caller: McpToolCaller | None = plugin.client if plugin is not None else None
+        toolsets = [
+            plugin.toolset if plugin is not None else None,
+            self.operations.bind(target.agent, caller),
+            bind_subagents(target.agent, request.children, default_model=target.public_model),
+        ]
+        loop = LoopSettings(
+            max_tool_calls=request.max_tool_calls,
+            max_tool_result_chars=self.max_tool_result_chars,
+            stream_tool_round_text=request.stream_tool_round_text,
+        )
+        if plugin is not None:
+            loop = dataclasses.replace(
+                loop, max_rounds=plugin.max_rounds, tool_call_parallel=plugin.tool_call_parallel
+            )
+        source = plugin.source if plugin is not None else None
+        agent = target.agent.name if target.agent is not None else None
+        instruments = scope.begin(name=agent or target.public_model, agent=agent, plugin_source=source)
+        return RunPlan(
+            target=Target(target.public_model, instruments.model(target.model), target.agent),
+            toolsets=tuple(instruments.toolset(t) for t in toolsets if t is not None),
+            loop=loop,
+            stream_mode=plugin.stream_mode if plugin is not None else "final_only",
+            plugin_source=source,
+        )
+
+    async def operation_caller(self, agent_name: str, ctx: RunContext) -> McpToolCaller:
+        """An MCP caller for ``agent_name``'s plugin, to execute a confirmed operation outside a run."""
+        agent = self._agents.get(agent_name)
+        if agent is None:
+            raise Conflict(
+                f"The agent '{agent_name}' is no longer configured; its operations cannot be executed.",
+                code="agent_not_configured",
+            )
+        return await self.plugins.agent_caller(agent, ctx)

@@ -1,0 +1,203 @@
+"""A run from planning to its end: ``RunScope`` owns what a run starts and ends it on every exit path.
+
+Every adapter runs a request inside ``async with scopes.open(route, ctx) as scope``. The scope is
+the only thing that moves the ``runs_in_flight`` gauge, opens and closes the run's span and writes
+its run-log record — exactly once, whichever way the block is left:
+
+- ``scope.end(status, result, error)`` said how the run ended: that is recorded;
+- an exception left the block: a ``HatchwayError`` is recorded with its status and message, a
+  cancellation (the client went away, the gateway is stopping) as 499, anything else as 500;
+- the block ended without either (a stream whose client hung up): 499;
+- ``scope.hand_off()``: the run went to the job queue; the worker that runs it records it, and
+  this scope ends its span and gauge without a record.
+
+The gauge and span start when the run is planned (``begin``); a request refused before that
+(a bad body) still gets its record, with no span.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from opentelemetry.trace import Span
+
+from hatchway.engine.context import RunContext
+from hatchway.engine.loop import RunResult
+from hatchway.errors import ClientGone, HatchwayError
+from hatchway.ids import new_id
+from hatchway.observability.telemetry import RunInstruments, Telemetry
+from hatchway.store.logs import LogRecord, LogWriter
+
+CLIENT_GONE = ClientGone.status_code
+INTERRUPTED = (
+    "The run was interrupted before it finished: the gateway shut down or restarted, or the client went away."
+)
+UNANSWERED = "The client went away before the run finished."
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnding:
+    """How a run ended, as its record says."""
+
+    http_status: int
+    result: RunResult | None = None
+    error: str | None = None
+
+
+class RunScopes:
+    """Opens the run scopes of one gateway (its telemetry and its run-log writer)."""
+
+    def __init__(self, telemetry: Telemetry, log_writer: LogWriter) -> None:
+        self.telemetry = telemetry
+        self.log_writer = log_writer
+
+    def open(
+        self,
+        route: str,
+        ctx: RunContext,
+        *,
+        model: str | None = None,
+        response_id: str | None = None,
+        parent_id: str | None = None,
+    ) -> RunScope:
+        return RunScope(self, route, ctx, model=model, response_id=response_id, parent_id=parent_id)
+
+
+class RunScope:
+    """One run's lifecycle: gauge, span and record, started and ended by the same ``async with``."""
+
+    def __init__(
+        self,
+        scopes: RunScopes,
+        route: str,
+        ctx: RunContext,
+        *,
+        model: str | None = None,
+        response_id: str | None = None,
+        parent_id: str | None = None,
+    ) -> None:
+        self._scopes = scopes
+        self.route = route
+        self.ctx = ctx
+        self.model = model
+        self.response_id = response_id
+        self.parent_id = parent_id
+        self.agent: str | None = None
+        self.plugin_source: str | None = None
+        self.log_id = new_id("log")
+        """The id of this run's record (``x-hatchway-request-id``), known before it is written."""
+        self.started = time.monotonic()
+        self._span: Span | None = None
+        self._begun = False
+        self._ending: RunEnding | None = None
+        self._handed_off = False
+        self._closed = False
+
+    async def __aenter__(self) -> RunScope:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close(exc)
+
+    # -- what the run says about itself ----------------------------------------------------------
+
+    def begin(self, *, name: str, agent: str | None, plugin_source: str | None) -> RunInstruments:
+        """The run is planned: it counts in flight and, with tracing on, its span opens. The
+        instruments wrap the plan's model and toolsets in spans of their own."""
+        if self._begun:
+            raise RuntimeError("a run scope begins once")
+        self._begun = True
+        self.agent = agent
+        self.plugin_source = plugin_source
+        telemetry = self._scopes.telemetry
+        self._span = telemetry.run_started(name, self._span_attributes(name))
+        return telemetry.instruments(self._span)
+
+    def end(self, http_status: int, result: RunResult | None = None, error: str | None = None) -> None:
+        """How the run ended; recorded when the scope closes (the first word stands)."""
+        if self._ending is None:
+            self._ending = RunEnding(http_status, result, error)
+
+    def hand_off(self) -> None:
+        """The run was handed to the job queue: the worker that runs it writes its record."""
+        self._handed_off = True
+
+    @property
+    def ended(self) -> bool:
+        return self._ending is not None
+
+    # -- the end -----------------------------------------------------------------------------------
+
+    def close(self, exc: BaseException | None = None) -> None:
+        """End the run (idempotent): record it, close its span, take it out of flight."""
+        if self._closed:
+            return
+        self._closed = True
+        record = None if self._handed_off else self._record(self._ending or _ending_of(exc))
+        if self._begun:
+            self._scopes.telemetry.run_ended(self._span, record)
+        if record is not None:
+            self._scopes.log_writer.submit(record)
+
+    def _span_attributes(self, name: str) -> dict[str, Any]:
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": name,
+            "gen_ai.request.model": self.model or "",
+            "hatchway.org_id": self.ctx.org_id,
+            "hatchway.depth": self.ctx.depth,
+            "hatchway.plugin_source": self.plugin_source or "",
+        }
+        if self.response_id:
+            attributes["hatchway.response_id"] = self.response_id
+        return attributes
+
+    def _record(self, ending: RunEnding) -> LogRecord:
+        ctx, result = self.ctx, ending.result
+        usage = result.usage if result is not None else None
+        listing = [
+            {"type": "list_tools", "round": 1, "server": f.server, "outcome": "error", "error": f.message}
+            for f in ctx.run.listing_failures
+        ]
+        return LogRecord(
+            id=self.log_id,
+            org_id=ctx.principal.org_id,
+            key_id=ctx.principal.key_id,
+            key_name=ctx.principal.key_name,
+            on_behalf_of=ctx.on_behalf_of,
+            route=self.route,
+            model=self.model,
+            agent=self.agent,
+            plugin_source=self.plugin_source,
+            status="ok" if ending.http_status < 400 and ending.error is None else "error",
+            http_status=ending.http_status,
+            finish_reason=result.finish_reason if result is not None else None,
+            latency_ms=round((time.monotonic() - self.started) * 1000, 3),
+            prompt_tokens=usage.prompt_tokens if usage else 0,
+            completion_tokens=usage.completion_tokens if usage else 0,
+            total_tokens=usage.total_tokens if usage else 0,
+            rounds=result.rounds if result is not None else 0,
+            max_rounds_hit=result.max_rounds_hit if result is not None else False,
+            has_tool_calls=result.has_tool_calls if result is not None else False,
+            steps=[*listing, *(result.steps if result is not None else [])],
+            error=ctx.redact(ending.error) if ending.error else None,
+            response_id=self.response_id,
+            parent_id=self.parent_id,
+        )
+
+
+def _ending_of(exc: BaseException | None) -> RunEnding:
+    """What an exception leaving a run's scope (or none, with no ``end``) means for its record."""
+    if exc is None:
+        return RunEnding(CLIENT_GONE, error=UNANSWERED)
+    if isinstance(exc, HatchwayError):
+        return RunEnding(exc.status_code, error=exc.message)
+    if isinstance(exc, asyncio.CancelledError):
+        return RunEnding(CLIENT_GONE, error=INTERRUPTED)
+    return RunEnding(500, error=f"Internal error ({type(exc).__name__}).")

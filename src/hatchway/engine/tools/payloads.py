@@ -1,0 +1,38 @@
+"""The JSON a tool call exchanges with the model: its arguments in, a structured error out.
+
+Every toolset reads arguments with ``parse_arguments`` and reports a failure with ``error_body``,
+so the model sees one shape whatever failed: ``{"error": {"code", "message"}}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+
+def parse_arguments(raw: str | dict[str, Any] | None) -> dict[str, Any] | None:
+    """A call's arguments as an object (empty for none); None when they are not a JSON object."""
+    if isinstance(raw, dict):
+        return raw
+    if raw is None or not raw.strip():
+        return {}
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def error_body(code: str, message: str) -> str:
+    """The structured error a model reads in place of a tool's result."""
+    return orjson.dumps({"error": {"code": code, "message": message}}).decode()
+
+
+def is_error_body(output: str) -> bool:
+    """Whether ``output`` is an ``error_body`` (the loop's own refusals and time-outs are)."""
+    try:
+        body = orjson.loads(output)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(body, dict) and set(body) == {"error"} and isinstance(body["error"], dict)
