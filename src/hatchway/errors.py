@@ -11,6 +11,7 @@
     │   ├── Conflict ........... 409
     │   └── ClientGone ......... 499: the client went away before the answer (nothing is sent)
     ├── Unavailable ............ 503 (a capability this process cannot serve right now)
+    ├── InternalError .......... 500: a bug; what a client is told instead of a traceback
     ├── ProviderError .......... the upstream LLM failed
     │   ├── ProviderUnavailable  502 (connect error, broken response)
     │   ├── ProviderTimeout .... 504
@@ -152,6 +153,16 @@ class Unavailable(HatchwayError):
     status_code = 503
     error_type = "server_error"
     default_code = "unavailable"
+
+
+class InternalError(HatchwayError):
+    """A bug in the gateway, as a client or a stored response is told of it (the log has the rest)."""
+
+    status_code = 500
+    default_code = "internal_error"
+
+    def __init__(self, message: str = "Internal error.") -> None:
+        super().__init__(message)
 
 
 class ProviderError(HatchwayError):

@@ -19,7 +19,7 @@ from hatchway.engine.plan import Planner, PlanRequest
 from hatchway.engine.run import CLIENT_GONE, RunScope, RunScopes
 from hatchway.engine.tools.base import ToolResult
 from hatchway.engine.tools.subagents import ChildRequest, ChildResult
-from hatchway.errors import HatchwayError, ProviderStatusError
+from hatchway.errors import HatchwayError, InternalError, ProviderStatusError
 from hatchway.ids import new_id
 from hatchway.responses.chain import check_call_outputs, close_unanswered, stored_conversation
 from hatchway.responses.compaction import open_compactions
@@ -268,7 +268,7 @@ class ResponseRunner:
                 try:
                     run = await self.prepare(body, scope, local_history=local_history, events=events)
                 except BaseException as exc:
-                    _fail(ready, exc)
+                    _settle(ready, exc)
                     raise
                 assert run.writer is not None
                 run.writer.error_events = error_events
@@ -304,6 +304,9 @@ class ResponseRunner:
             raise
         except asyncio.CancelledError:
             await self._interrupted(run)
+            raise
+        except Exception:  # a bug: the response fails (never left in_progress); the scope logs 500
+            await self._fail(run, InternalError())
             raise
         assert result is not None
         await self._complete(run, result, results)
@@ -388,7 +391,7 @@ class ResponseRunner:
         return ChildResult(response_id=run.record.id, output_text=output_text(run.output))
 
 
-def _fail(ready: asyncio.Future[Any], exc: BaseException) -> None:
+def _settle(ready: asyncio.Future[Any], exc: BaseException) -> None:
     if ready.done():
         return
     if isinstance(exc, asyncio.CancelledError):

@@ -1,0 +1,210 @@
+"""``RunScope``: whichever way a run's block is left, the gauge goes back, its span ends and exactly one
+record is written — or none, for a run handed to the job queue, whose worker records it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from hatchway.config.settings import Settings
+from hatchway.engine.context import ListingFailure, Principal, RunContext
+from hatchway.engine.loop import RunResult
+from hatchway.engine.run import RunScopes
+from hatchway.errors import ProviderUnavailable
+from hatchway.observability.metrics import Metrics
+from hatchway.observability.telemetry import Telemetry
+from hatchway.observability.tracing import Tracing
+from hatchway.store.db import Database
+from hatchway.store.logs import LogWriter, Record
+
+SETTINGS = Settings.model_validate({"providers": [{"id": "u", "base_url": "http://127.0.0.1:9/v1"}]})
+
+
+class Harness:
+    """Real telemetry (an in-memory span exporter) and a real log writer whose records are kept."""
+
+    def __init__(self) -> None:
+        self.exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.telemetry = Telemetry(Metrics(), Tracing.from_settings(SETTINGS, provider))
+        self.writer = LogWriter(
+            Database("sqlite+aiosqlite:///:memory:")
+        )  # never started: records stay queued
+        self.records: list[Record] = []
+        self.writer.observers.append(self.records.append)
+        self.scopes = RunScopes(self.telemetry, self.writer)
+
+    def in_flight(self) -> float:
+        return self.telemetry.metrics.runs_in_flight._value.get()
+
+    def run_spans(self) -> list[str]:
+        return [s.name for s in self.exporter.get_finished_spans()]
+
+
+def context() -> RunContext:
+    return RunContext(principal=Principal("org_1", "acme", "key_1", "ci"))
+
+
+def test_a_run_that_answers_is_recorded_once_with_its_result() -> None:
+    h = Harness()
+
+    async def run() -> None:
+        async with h.scopes.open("chat.completions", context(), model="gpt-4o") as scope:
+            scope.begin(name="gpt-4o", agent=None, plugin_source=None)
+            assert h.in_flight() == 1
+            result = RunResult(text="hi", rounds=2)
+            scope.end(200, result)
+            scope.end(502, error="a later word does not change it")
+
+    asyncio.run(run())
+
+    [record] = h.records
+    assert (record.status, record.http_status, record.rounds, record.model) == ("ok", 200, 2, "gpt-4o")
+    assert h.in_flight() == 0 and h.run_spans() == ["invoke_agent gpt-4o"]
+
+
+@pytest.mark.parametrize(
+    ("raised", "status", "error"),
+    [
+        (ProviderUnavailable("upstream down"), 502, "upstream down"),
+        (KeyError("a bug"), 500, "Internal error (KeyError)."),
+    ],
+)
+def test_an_error_leaving_the_block_is_recorded_with_its_status(
+    raised: Exception, status: int, error: str
+) -> None:
+    h = Harness()
+
+    async def run() -> None:
+        async with h.scopes.open("responses", context()) as scope:
+            scope.begin(name="agent:contas", agent="contas", plugin_source="agent:contas")
+            raise raised
+
+    with pytest.raises(type(raised)):
+        asyncio.run(run())
+
+    [record] = h.records
+    assert (record.status, record.http_status, record.error, record.agent) == (
+        "error",
+        status,
+        error,
+        "contas",
+    )
+    assert h.in_flight() == 0
+    [span] = h.exporter.get_finished_spans()
+    assert span.status.status_code.name == "ERROR"
+
+
+def test_a_cancelled_run_is_recorded_as_interrupted() -> None:
+    h = Harness()
+    entered = asyncio.Event()
+
+    async def run() -> None:
+        async with h.scopes.open("responses", context()) as scope:
+            scope.begin(name="gpt-4o", agent=None, plugin_source=None)
+            entered.set()
+            await asyncio.Event().wait()
+
+    async def main() -> None:
+        task = asyncio.create_task(run())
+        await entered.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+
+    [record] = h.records
+    assert record.http_status == 499 and "interrupted" in (record.error or "")
+    assert h.in_flight() == 0 and len(h.run_spans()) == 1
+
+
+def test_a_block_left_without_an_ending_is_a_client_gone() -> None:
+    h = Harness()
+
+    async def run() -> None:
+        async with h.scopes.open("chat.completions", context()) as scope:
+            scope.begin(name="gpt-4o", agent=None, plugin_source=None)  # a stream whose client hung up
+
+    asyncio.run(run())
+
+    [record] = h.records
+    assert record.http_status == 499 and record.status == "error"
+    assert h.in_flight() == 0
+
+
+def test_a_run_handed_to_the_queue_writes_no_record_here_and_ends_its_span() -> None:
+    h = Harness()
+
+    async def run() -> None:
+        async with h.scopes.open("responses", context()) as scope:
+            scope.begin(name="gpt-4o", agent=None, plugin_source=None)
+            scope.hand_off()
+
+    asyncio.run(run())
+
+    assert h.records == [] and h.in_flight() == 0
+    [span] = h.exporter.get_finished_spans()
+    assert span.attributes is not None and span.attributes["hatchway.status"] == "queued"
+
+
+def test_a_request_refused_before_planning_is_recorded_without_a_span_or_gauge() -> None:
+    h = Harness()
+
+    async def run() -> None:
+        async with h.scopes.open("chat.completions", context()) as scope:
+            scope.end(400, error="messages: Field required")
+
+    asyncio.run(run())
+
+    [record] = h.records
+    assert record.http_status == 400 and h.in_flight() == 0 and h.run_spans() == []
+
+
+def test_the_record_carries_the_servers_whose_tools_could_not_be_listed() -> None:
+    h = Harness()
+    ctx = context()
+
+    async def run() -> None:
+        async with h.scopes.open("chat.completions", ctx) as scope:
+            ctx.run.listing_failures.append(ListingFailure("search", "cannot reach the server"))
+            scope.end(200, RunResult())
+
+    asyncio.run(run())
+
+    [record] = h.records
+    assert record.steps[0] == {
+        "type": "list_tools",
+        "round": 1,
+        "server": "search",
+        "outcome": "error",
+        "error": "cannot reach the server",
+    }
+
+
+def test_closing_twice_records_once_and_a_scope_begins_once() -> None:
+    h = Harness()
+    scope = h.scopes.open("chat.completions", context())
+    scope.begin(name="gpt-4o", agent=None, plugin_source=None)
+    with pytest.raises(RuntimeError):
+        scope.begin(name="gpt-4o", agent=None, plugin_source=None)
+    scope.close()
+    scope.close(KeyError("late"))
+    assert len(h.records) == 1 and h.in_flight() == 0
+
+
+def test_a_subagent_state_rolls_up_into_its_run_tree() -> None:
+    parent = context()
+    child = parent.child()
+    grandchild = child.child()
+    parent.run.tool_calls, child.run.tool_calls, grandchild.run.tool_calls = 1, 2, 3
+    child.run.usage.prompt_tokens = 10
+    assert grandchild.run.root is parent.run
+    assert parent.run.tree_tool_calls() == 6 and child.run.tree_tool_calls() == 5
+    assert parent.run.tree_usage().prompt_tokens == 10
+    assert (child.depth, grandchild.depth, grandchild.principal) == (1, 2, parent.principal)
