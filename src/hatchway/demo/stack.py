@@ -97,7 +97,7 @@ class DemoStack:
         self.mcp_urls: dict[str, str] = {}
         self.contas_backend: Any = None
         self.config_path = state_dir / "hatchway.yaml"
-        self.gateway: Any = None
+        self.gateway_app: Any = None
         self.gateway_server: LoopbackServer | None = None
         self.api_key = ""
 
@@ -151,18 +151,19 @@ class DemoStack:
     def _start_gateway(self) -> None:
         from hatchway.api.app import create_app
         from hatchway.config.settings import load_settings
-        from hatchway.gateway import Gateway
 
         write_config(self.config_path, self.checkout / "examples", self.choice, self.model_url, self.mcp_urls)
         settings = load_settings(self.config_path)
         settings.database_url = _sqlite_url(self.state_dir)  # not HATCHWAY_DATABASE_URL: a fresh one
         settings.redis_url = None
-        self.gateway = Gateway(settings)
-        self.gateway_server = self._serve(create_app(settings, gateway=self.gateway), "gateway")
+        self.gateway_app = create_app(settings)
+        self.gateway_server = self._serve(self.gateway_app, "gateway")
 
     def _create_key(self) -> None:
+        from hatchway.store.orgs import OrgStore
+
         assert self.gateway_server is not None
-        orgs = self.gateway.orgs
+        orgs = OrgStore(self.gateway_app.state.gateway.db)  # the gateway's own database
         self.gateway_server.call(orgs.create_org(ORG))
         _, self.api_key = self.gateway_server.call(orgs.create_key(ORG, "demo"))
 
