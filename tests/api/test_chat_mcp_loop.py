@@ -176,19 +176,21 @@ def test_max_rounds_in_a_response_leaves_no_call_unrun(
 def test_the_loop_deadline_ends_the_run_with_finish_reason_timeout(
     mcp_server_factory: Callable[..., McpTestServer], gateway_factory, llm: ScriptedLLM, tmp_path: Path
 ) -> None:
+    # The adapter's side of it; the loop's own rules at the deadline are tests/engine/test_loop.py's,
+    # which control time exactly. Here the tool would take 60 s: only the deadline can end the run.
     server = mcp_server_factory("s")
     gateway = gateway_factory(
-        loop_deadline_seconds=1,
-        **rule_for(tmp_path, {"mcp_servers": [{"id": "s", "url": server.url, "timeout_ms": 30000}]}),
+        loop_deadline_seconds=3,
+        **rule_for(tmp_path, {"mcp_servers": [{"id": "s", "url": server.url, "timeout_ms": 90_000}]}),
     )
-    llm.handler = rounds(Reply(text="Looking it up…", tool_calls=[("s__slow", {"ms": 5000})]), summarise)
+    llm.handler = rounds(Reply(text="Looking it up…", tool_calls=[("s__slow", {"ms": 60_000})]), summarise)
 
     started = time.monotonic()
-    completion = gateway.client().chat.completions.create(model="gpt-4o", messages=USER)
+    completion = gateway.client(timeout=60).chat.completions.create(model="gpt-4o", messages=USER)
 
     assert completion.choices[0].finish_reason == "timeout"
     assert completion.choices[0].message.content == "Looking it up…"
-    assert time.monotonic() - started < 4.0
+    assert time.monotonic() - started < 30  # the deadline, not the tool's 60 s
     assert len(llm.requests) == 1
 
 

@@ -51,8 +51,12 @@ MEANINGS: dict[str, str] = {
     "operation_not_cancellable": "The operation is executing or finished; it can no longer be cancelled.",
     "arguments_digest_mismatch": "The `arguments_digest` sent does not match the arguments awaiting "
     "confirmation (or the stored arguments were altered).",
+    "client_gone": "Not sent: the client went away before the answer. The run log records the run "
+    "with HTTP status 499.",
     # -- HTTP: the gateway or its upstream --------------------------------------------------------
     "unavailable": "A component this request needs is not running in this process.",
+    "internal_error": "A bug in the gateway. The response (or stored response) says only this; the "
+    "gateway's log has the details.",
     "upstream_error": "The upstream model provider failed.",
     "upstream_unavailable": "The upstream could not be reached (refused, no route, no API key) or answered "
     "with something unusable.",

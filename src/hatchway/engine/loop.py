@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hatchway.engine.context import RunContext
-from hatchway.engine.items import FunctionCall, FunctionCallOutput, Item, Message, Usage
+from hatchway.engine.items import FunctionCall, FunctionCallOutput, Item, Message, ToolSpec, Usage
 from hatchway.engine.providers.base import (
     ModelRequest,
     ModelResponse,
@@ -24,9 +24,11 @@ from hatchway.engine.providers.routing import ResolvedModel
 from hatchway.engine.steps import (
     NextStep,
     NextStepFinalOutput,
+    NextStepGatewayAnswer,
     NextStepInterruption,
     NextStepMaxRounds,
     NextStepPauseForClient,
+    NextStepRunAgain,
     NextStepRunTools,
     NextStepTimeout,
 )
@@ -36,9 +38,12 @@ from hatchway.engine.tools.router import ToolRouter
 TRUNCATION_MARKER = "\n…[truncated {n} characters]"
 
 
-@dataclass(slots=True)
+DEFAULT_MAX_ROUNDS = 10
+
+
+@dataclass(frozen=True, slots=True)
 class LoopSettings:
-    max_rounds: int = 10
+    max_rounds: int = DEFAULT_MAX_ROUNDS
     tool_call_parallel: bool = True
     max_tool_calls: int | None = None
     max_tool_result_chars: int = 20_000
@@ -106,7 +111,8 @@ LoopEvent = RoundStarted | OutputTextDelta | ToolCallStarted | ToolCallFinished 
 
 @dataclass
 class _RoundText:
-    """One model round's streamed text: sent as it comes, or held (``hold``) until the round ends.
+    """One model round's streamed text: sent as it comes, or held (``hold``) until the run's end shows
+    whether it is the answer.
 
     With ``final_only`` the text a model writes before calling a gateway tool ("let me look that
     up…") is an intermediate step: only the run log keeps it. Whether a round ends in tool calls is
@@ -132,10 +138,24 @@ class _RoundText:
 
 
 @dataclass
-class _Answer:
-    """Which round's text the run returns (``None``: none, or a message of the gateway's own)."""
+class _Transcript:
+    """What a run has appended and counted so far; the final step turns it into the ``RunResult``."""
 
-    text: _RoundText | None = None
+    conversation: list[Item]
+    new_items: list[Item] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    rounds: list[_RoundText] = field(default_factory=list)
+    tool_calls: int = 0
+    last_response: ModelResponse | None = None
+
+    def append(self, *items: Item) -> None:
+        self.conversation.extend(items)
+        self.new_items.extend(items)
+
+    def answered(self) -> _RoundText | None:
+        """The latest round that has a complete model response."""
+        return next((r for r in reversed(self.rounds) if r.response is not None), None)
 
 
 class _DeadlinePassed(Exception):
@@ -172,109 +192,84 @@ class AgentLoop:
         return result
 
     async def events(self, items: list[Item], ctx: RunContext, *, stream: bool) -> AsyncIterator[LoopEvent]:
-        """The run as events; the last one is always ``RunFinished``."""
-        result = RunResult()
-        conversation = list(items)
+        """The run as events; the last one is always ``RunFinished``. Each round ends in the step that
+        says what comes next; the run ends at the first that is not ``NextStepRunAgain``."""
+        run = _Transcript(conversation=list(items))
         specs = await self.router.prepare(ctx)
-        answer = _Answer()
-        if not await self._preamble(conversation, result, ctx):
-            async for event in self._rounds(conversation, specs, result, ctx, answer, stream=stream):
-                yield event
-        for delta in answer.text.release() if answer.text is not None else ():
+        step: NextStep = await self._preamble(run, ctx)
+        while isinstance(step, NextStepRunAgain):
+            async for event in self._round(run, specs, ctx, stream=stream):
+                if isinstance(event, NextStep):
+                    step = event
+                else:
+                    yield event
+        assert not isinstance(step, NextStepRunAgain | NextStepRunTools)
+        answer = (
+            run.answered() if not isinstance(step, NextStepInterruption | NextStepGatewayAnswer) else None
+        )
+        for delta in answer.release() if answer is not None else ():
             yield delta
-        yield RunFinished(result)
+        yield RunFinished(self._result(step, run))
 
-    async def _rounds(
-        self,
-        conversation: list[Item],
-        specs: list[Any],
-        result: RunResult,
-        ctx: RunContext,
-        answer: _Answer,
-        *,
-        stream: bool,
-    ) -> AsyncIterator[LoopEvent]:
-        """Round after round until one ends the run; ``answer`` says whose held text to send."""
-        previous: _RoundText | None = None
-        while True:
-            result.rounds += 1
-            yield RoundStarted(result.rounds)
-            request = self._request(conversation, specs, result)
-            current = _RoundText(result.rounds, hold=stream and self._holds_text(request))
-            started = time.monotonic()
-            try:
-                async for delta in self._model_round(request, ctx, current, stream=stream):
-                    yield delta
-            except _DeadlinePassed:
-                result.steps.append(_model_step(result.rounds, started, None, "timeout"))
-                self._finish_timeout(result)
-                answer.text = previous  # the timeout returns the last complete response's text
-                return
-            response = current.response
-            assert response is not None
-            result.steps.append(_model_step(result.rounds, started, response, "ok"))
-            result.usage.add(response.usage)
-            result.last_response = response
-            self._append_response(response, conversation, result)
-
-            step = self._decide(response)
-            if isinstance(step, NextStepFinalOutput):
-                result.text = response.text
-                result.finish_reason = response.finish_reason
-                answer.text = current
-                return
-
-            calls = step.calls if isinstance(step, NextStepRunTools) else step.server_calls
-            interruption = None
-            async for event in self._run_tools(calls, conversation, result, ctx):
-                if isinstance(event, NextStepTimeout):
-                    self._finish_timeout(result)
-                    answer.text = current
-                    return
-                if isinstance(event, NextStepInterruption):
-                    interruption = event.interruption
-                    continue
-                yield event
-            if isinstance(step, NextStepPauseForClient):
-                result.client_calls = step.client_calls
-                result.text = response.text
-                result.finish_reason = "tool_calls"
-                answer.text = current
-                return
-            if interruption is not None:
-                result.interruption = interruption
-                self._finish_with_message(result, interruption.message, "stop")
-                return
-            if isinstance(self._after_tools(result), NextStepMaxRounds):
-                result.text = response.text
-                result.finish_reason = "max_rounds"
-                result.max_rounds_hit = True
-                answer.text = current
-                return
-            previous = current
-
-    async def _preamble(self, conversation: list[Item], result: RunResult, ctx: RunContext) -> bool:
-        """The toolsets' items before the first round; True when one of them already answered."""
+    async def _preamble(self, run: _Transcript, ctx: RunContext) -> NextStep:
+        """The toolsets' items before the first round; a toolset may answer at once (no model call)."""
         for toolset in self.router.toolsets:
-            preamble = await toolset.before_run(conversation, ctx)
+            preamble = await toolset.before_run(run.conversation, ctx)
             if preamble is None:
                 continue
-            conversation.extend(preamble.items)
-            result.new_items.extend(preamble.items)
+            run.append(*preamble.items)
             if preamble.answer is not None:
-                self._finish_with_message(result, preamble.answer, "stop")
-                return True
-        return False
+                return NextStepGatewayAnswer(preamble.answer)
+        return NextStepRunAgain()
 
     # -- one round -------------------------------------------------------------------------------
 
-    def _request(self, conversation: list[Item], specs: list[Any], result: RunResult) -> ModelRequest:
+    async def _round(
+        self, run: _Transcript, specs: list[ToolSpec], ctx: RunContext, *, stream: bool
+    ) -> AsyncIterator[LoopEvent | NextStep]:
+        """One model call and the gateway's tool calls it asked for; the last thing yielded is the
+        round's next step."""
+        number = len(run.rounds) + 1
+        yield RoundStarted(number)
+        request = self._request(run, specs)
+        text = _RoundText(number, hold=stream and self._holds_text(request))
+        run.rounds.append(text)
+        started = time.monotonic()
+        try:
+            async for delta in self._model_round(request, ctx, text, stream=stream):
+                yield delta
+        except _DeadlinePassed:
+            run.steps.append(_model_step(number, started, None, "timeout"))
+            yield NextStepTimeout()
+            return
+        response = text.response
+        assert response is not None
+        self._record_response(run, response, started, ctx)
+        step = self._decide(response)
+        if isinstance(step, NextStepFinalOutput):
+            yield step
+            return
+        calls = step.calls if isinstance(step, NextStepRunTools) else step.server_calls
+        after: NextStep = NextStepRunAgain()
+        async for event in self._run_tools(calls, run, ctx):
+            if isinstance(event, NextStep):
+                after = event
+            else:
+                yield event
+        if isinstance(after, NextStepTimeout) or isinstance(step, NextStepPauseForClient):
+            yield after if isinstance(after, NextStepTimeout) else step
+        elif isinstance(after, NextStepInterruption):
+            yield after
+        else:
+            yield self._after_tools(number, response)
+
+    def _request(self, run: _Transcript, specs: list[ToolSpec]) -> ModelRequest:
         cap = self.settings.max_tool_calls
-        budget_left = cap is None or result.tool_calls < cap
+        budget_left = cap is None or run.tool_calls < cap
         tools = specs if budget_left else list(self.router.client_tools)
         return ModelRequest(
             model=self.model.upstream_model,
-            items=conversation,
+            items=run.conversation,
             tools=tools,
             tool_choice=self.tool_choice,
             parallel_tool_calls=self.parallel_tool_calls,
@@ -308,42 +303,51 @@ class AgentLoop:
                 elif isinstance(event, TextDelta) and (delta := current.add(event.text)) is not None:
                     yield delta
         finally:
-            await events.aclose()
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                await aclose()
 
-    def _append_response(self, response: ModelResponse, conversation: list[Item], result: RunResult) -> None:
-        new: list[Item] = []
-        if response.text:
-            new.append(Message(role="assistant", content=response.text))
-        new.extend(response.tool_calls)
-        conversation.extend(new)
-        result.new_items.extend(new)
+    def _record_response(
+        self, run: _Transcript, response: ModelResponse, started: float, ctx: RunContext
+    ) -> None:
+        run.steps.append(_model_step(len(run.rounds), started, response, "ok"))
+        run.usage.add(response.usage)
+        ctx.run.usage.add(response.usage)
+        run.last_response = response
+        text = [Message(role="assistant", content=response.text)] if response.text else []
+        run.append(*text, *response.tool_calls)
 
-    def _decide(self, response: ModelResponse) -> NextStep:
+    def _decide(
+        self, response: ModelResponse
+    ) -> NextStepFinalOutput | NextStepRunTools | NextStepPauseForClient:
         if not response.tool_calls:
-            return NextStepFinalOutput()
+            return NextStepFinalOutput(response)
         client = [c for c in response.tool_calls if self.router.is_client_call(c)]
         server = [c for c in response.tool_calls if not self.router.is_client_call(c)]
         if client:
-            return NextStepPauseForClient(client_calls=client, server_calls=server)
+            return NextStepPauseForClient(response, client_calls=client, server_calls=server)
         return NextStepRunTools(calls=server)
 
-    def _after_tools(self, result: RunResult) -> NextStep | None:
+    def _after_tools(self, number: int, response: ModelResponse) -> NextStepRunAgain | NextStepMaxRounds:
         """After a round's tools ran: another round, or stop at ``max_rounds``.
 
         The seed's flow runs the round's tool calls first and checks ``round < max_rounds`` after
         (004: execute → append results → "Round < max_rounds?" → else return the last model
         response), so the last round's calls are executed and recorded, never left dangling.
         """
-        return NextStepMaxRounds() if result.rounds >= self.settings.max_rounds else None
+        return NextStepMaxRounds(response) if number >= self.settings.max_rounds else NextStepRunAgain()
 
     # -- tools ----------------------------------------------------------------------------------
 
     async def _run_tools(
-        self, calls: list[FunctionCall], conversation: list[Item], result: RunResult, ctx: RunContext
-    ) -> AsyncIterator[ToolCallStarted | ToolCallFinished | NextStepTimeout | NextStepInterruption]:
-        allowed, refused = self._within_budget(calls, result)
+        self, calls: list[FunctionCall], run: _Transcript, ctx: RunContext
+    ) -> AsyncIterator[ToolCallStarted | ToolCallFinished | NextStep]:
+        """Run a round's gateway calls (those over ``max_tool_calls`` are refused); the last thing
+        yielded says how they ended: the deadline passed, a call needs the user, or all answered."""
+        number = len(run.rounds)
+        allowed, refused = self._within_budget(calls, run)
         for call in allowed:
-            yield ToolCallStarted(result.rounds, call)
+            yield ToolCallStarted(number, call)
         outcomes: dict[str, tuple[ToolResult, float]] = {}
         timed_out = False
         try:
@@ -368,27 +372,28 @@ class AgentLoop:
                 0.0,
             )
             tool_result.output = self._fit(ctx.redact(tool_result.output))
-            output = FunctionCallOutput(call_id=call.call_id, output=tool_result.output)
-            conversation.append(output)
-            result.new_items.append(output)
-            result.steps.append(_tool_step(result.rounds, call, tool_result, duration, ctx))
+            run.append(FunctionCallOutput(call_id=call.call_id, output=tool_result.output))
+            run.steps.append(_tool_step(number, call, tool_result, duration, ctx))
             if tool_result.interrupt is not None and interruption is None:
                 interruption = tool_result.interrupt
             if call in allowed:
-                yield ToolCallFinished(result.rounds, call, tool_result, duration)
-        result.tool_calls += len(allowed)
+                yield ToolCallFinished(number, call, tool_result, duration)
+        run.tool_calls += len(allowed)
+        ctx.run.tool_calls += len(allowed)
         if timed_out:
             yield NextStepTimeout()
         elif interruption is not None:
             yield NextStepInterruption(interruption)
+        else:
+            yield NextStepRunAgain()
 
     def _within_budget(
-        self, calls: list[FunctionCall], result: RunResult
+        self, calls: list[FunctionCall], run: _Transcript
     ) -> tuple[list[FunctionCall], list[FunctionCall]]:
         cap = self.settings.max_tool_calls
         if cap is None:
             return list(calls), []
-        room = max(cap - result.tool_calls, 0)
+        room = max(cap - run.tool_calls, 0)
         return list(calls[:room]), list(calls[room:])
 
     async def _gather(
@@ -424,18 +429,34 @@ class AgentLoop:
             return output
         return output[:limit] + TRUNCATION_MARKER.format(n=len(output) - limit)
 
-    # -- endings ---------------------------------------------------------------------------------
+    # -- the end ---------------------------------------------------------------------------------
 
-    def _finish_timeout(self, result: RunResult) -> None:
-        last = result.last_response
-        result.text = last.text if last is not None else None
-        result.finish_reason = "timeout"
-
-    def _finish_with_message(self, result: RunResult, text: str, finish_reason: str) -> None:
-        message = Message(role="assistant", content=text)
-        result.new_items.append(message)
-        result.text = text
-        result.finish_reason = finish_reason
+    def _result(self, step: NextStep, run: _Transcript) -> RunResult:
+        """What the run produced, as its final step describes it."""
+        result = RunResult(
+            new_items=run.new_items,
+            usage=run.usage,
+            rounds=len(run.rounds),
+            tool_calls=run.tool_calls,
+            steps=run.steps,
+            last_response=run.last_response,
+        )
+        if isinstance(step, NextStepFinalOutput):
+            result.text, result.finish_reason = step.response.text, step.response.finish_reason
+        elif isinstance(step, NextStepPauseForClient):
+            result.text, result.finish_reason = step.response.text, "tool_calls"
+            result.client_calls = step.client_calls
+        elif isinstance(step, NextStepMaxRounds):
+            result.text, result.finish_reason, result.max_rounds_hit = step.response.text, "max_rounds", True
+        elif isinstance(step, NextStepTimeout):
+            last = run.last_response
+            result.text, result.finish_reason = (last.text if last is not None else None), "timeout"
+        elif isinstance(step, NextStepInterruption | NextStepGatewayAnswer):
+            message = step.interruption.message if isinstance(step, NextStepInterruption) else step.text
+            result.new_items.append(Message(role="assistant", content=message))
+            result.text, result.finish_reason = message, "stop"
+            result.interruption = step.interruption if isinstance(step, NextStepInterruption) else None
+        return result
 
 
 async def _before_deadline(awaitable: Any, ctx: RunContext) -> Any:

@@ -1,31 +1,40 @@
-"""What happens after a model round: each round ends in one of these."""
+"""What happens after a model round: each round of the loop ends in one of these, and the loop does
+what it says — another round, or the end of the run, described by the step."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from hatchway.engine.items import FunctionCall
+from hatchway.engine.providers.base import ModelResponse
 from hatchway.engine.tools.base import Interruption
 
 
 @dataclass(frozen=True, slots=True)
+class NextStepRunAgain:
+    """The round's gateway tools ran: call the model again."""
+
+
+@dataclass(frozen=True, slots=True)
 class NextStepRunTools:
-    """Run the gateway's tool calls, then call the model again."""
+    """The model called gateway tools: run them (then decide again)."""
 
     calls: list[FunctionCall]
 
 
 @dataclass(frozen=True, slots=True)
 class NextStepPauseForClient:
-    """The model called client-declared tools: return them to the caller."""
+    """The model called client-declared tools: the gateway's calls of the round run, then the client's
+    go back to the caller."""
 
+    response: ModelResponse
     client_calls: list[FunctionCall]
     server_calls: list[FunctionCall]
 
 
 @dataclass(frozen=True, slots=True)
 class NextStepInterruption:
-    """A tool needs the end user (confirmation): ask them and stop."""
+    """A tool needs the end user (a confirmation): ask them and stop."""
 
     interruption: Interruption
 
@@ -34,22 +43,44 @@ class NextStepInterruption:
 class NextStepFinalOutput:
     """The model answered."""
 
+    response: ModelResponse
+
+
+@dataclass(frozen=True, slots=True)
+class NextStepGatewayAnswer:
+    """The gateway answers without the model (a pending confirmation's question, asked again)."""
+
+    text: str
+
 
 @dataclass(frozen=True, slots=True)
 class NextStepMaxRounds:
     """``max_rounds`` reached: the last round's tools have run; return that round's model response."""
 
+    response: ModelResponse
+
 
 @dataclass(frozen=True, slots=True)
 class NextStepTimeout:
-    """The run's deadline passed."""
+    """The run's deadline passed: return the last complete model response, if any."""
 
 
 NextStep = (
-    NextStepRunTools
+    NextStepRunAgain
+    | NextStepRunTools
     | NextStepPauseForClient
     | NextStepInterruption
     | NextStepFinalOutput
+    | NextStepGatewayAnswer
     | NextStepMaxRounds
     | NextStepTimeout
 )
+FinalStep = (
+    NextStepPauseForClient
+    | NextStepInterruption
+    | NextStepFinalOutput
+    | NextStepGatewayAnswer
+    | NextStepMaxRounds
+    | NextStepTimeout
+)
+"""The steps that end a run."""

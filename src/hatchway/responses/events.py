@@ -112,9 +112,8 @@ class ResponseStreamWriter:
             call = record_of(event.call, hosted=True, result=event.result)
             output = FunctionCallOutput(call_id=event.call.call_id, output=event.result.output)
             item = wire_mcp_call(call, record_of(output, hosted=True, result=event.result))
-            index = self._announced.get(item["id"])
-            if index is None:
-                index = self._add(item)
+            known = self._announced.get(item["id"])
+            index = self._add(item) if known is None else known
             kind = "failed" if item["status"] == "failed" else "completed"
             self.emit(f"response.mcp_call.{kind}", item_id=item["id"], output_index=index)
             self._finish_item(item)

@@ -32,7 +32,7 @@ def record_of(item: Item, *, hosted: bool = False, result: ToolResult | None = N
         return {"type": "message", "id": item.id, "role": item.role, "content": item.content}
     if isinstance(item, FunctionCall):
         item.id = item.id or new_id("mcp" if hosted else "fc")
-        record = {
+        record: dict[str, Any] = {
             "type": "function_call",
             "id": item.id,
             "call_id": item.call_id,
@@ -44,12 +44,17 @@ def record_of(item: Item, *, hosted: bool = False, result: ToolResult | None = N
             record.update(hosted=True, server_label=str(server))
         return record
     item.id = item.id or new_id("fco")
-    record = {"type": "function_call_output", "id": item.id, "call_id": item.call_id, "output": item.output}
+    output: dict[str, Any] = {
+        "type": "function_call_output",
+        "id": item.id,
+        "call_id": item.call_id,
+        "output": item.output,
+    }
     if hosted:
-        record.update(
+        output.update(
             hosted=True, is_error=result.is_error if result is not None else is_error_body(item.output)
         )
-    return record
+    return output
 
 
 def item_of(record: dict[str, Any]) -> Item:

@@ -103,8 +103,7 @@ class CreateResponseRequest(BaseModel):
         if isinstance(self.input, str) and not self.input and not self.previous_response_id:
             raise ValueError("input: must be a non-empty string or array of items")
         if isinstance(self.tool_choice, ToolChoiceFunctionParam):
-            names = {t.name for t in self.tools or []}
-            if self.tool_choice.name not in names:
+            if self.tool_choice.name not in {t.name for t in self.tools or []}:
                 raise ValueError(
                     f"tool_choice.name: no function tool named {self.tool_choice.name!r} in tools"
                 )
@@ -135,7 +134,7 @@ class CreateResponseRequest(BaseModel):
         if fmt is not None and fmt.type == "json_object":
             params["response_format"] = {"type": "json_object"}
         elif fmt is not None and fmt.type == "json_schema":
-            schema = {"name": fmt.name or "output", "schema": fmt.schema_ or {}}
+            schema: dict[str, Any] = {"name": fmt.name or "output", "schema": fmt.schema_ or {}}
             if fmt.strict is not None:
                 schema["strict"] = fmt.strict
             params["response_format"] = {"type": "json_schema", "json_schema": schema}

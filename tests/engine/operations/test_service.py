@@ -16,7 +16,7 @@ from hatchway.config.agent_files import AgentTools, agent_files_in, load_agent_t
 from hatchway.config.agents import OperationSettings
 from hatchway.engine.items import FunctionCall, FunctionCallOutput
 from hatchway.engine.tools.operations.models import OperationStatus, operation_to_dict
-from hatchway.engine.tools.operations.service import OperationService, ReplyOutcome, StepKind
+from hatchway.engine.tools.operations.service import OperationService, ReplyEffect, ResultKind
 from hatchway.engine.tools.operations.store import OperationQuery, OperationStore
 from hatchway.store.db import Database
 from hatchway.store.tables import utcnow
@@ -54,14 +54,14 @@ async def test_expand_confirm_execute_once_partial_success(
     caller, ctx = contas.caller(), make_ctx()
     step = await service.call("cancelar_vas_avulso", ABC, ctx, caller, call_id="call_1")
 
-    assert step.kind is StepKind.NEEDS_CONFIRMATION
+    assert step.kind is ResultKind.NEEDS_CONFIRMATION
     assert step.question == "Você confirma o cancelamento de Produto A, Produto B e Produto C?"
     assert json.loads(step.output)["status"] == "AWAITING_CONFIRMATION"
     assert contas.backend.stats()["total_executions"] == 0  # only the validator ran
     assert [c["tool"] for c in caller.calls] == ["validar_vas_subject"]
 
     reply = await service.reply("Sim!", ctx, caller)
-    assert reply is not None and reply.outcome is ReplyOutcome.CONFIRMED and reply.executed
+    assert reply is not None and reply.effect is ReplyEffect.CONFIRMED
     op = reply.operation
     assert op.state is S.COMPLETED and op.verdict["status"] == "PARTIAL_SUCCESS"
     assert contas.backend.executions == {op.id: 1}  # once, keyed by the operation id
@@ -117,7 +117,7 @@ async def test_no_cancels_and_nothing_runs(service: OperationService, contas: Ru
     caller, ctx = contas.caller(), make_ctx()
     await service.call("cancelar_vas_avulso", ABC, ctx, caller)
     reply = await service.reply("não", ctx, caller)
-    assert reply is not None and reply.outcome is ReplyOutcome.CANCELLED
+    assert reply is not None and reply.effect is ReplyEffect.CANCELLED
     assert reply.operation.state is S.CANCELLED and "user's reply" in reply.operation.status_reason
     assert json.loads(reply.items[1].output)["status"] == "CANCELLED"
     assert contas.backend.stats()["total_executions"] == 0
@@ -129,12 +129,13 @@ async def test_an_ambiguous_reply_asks_again_and_keeps_it_pending(
     caller, ctx = contas.caller(), make_ctx()
     step = await service.call("cancelar_vas_avulso", ABC, ctx, caller)
     reply = await service.reply("sim, mas não o B", ctx, caller)
-    assert reply is not None and reply.outcome is ReplyOutcome.ASK_AGAIN
+    assert reply is not None and reply.effect is ReplyEffect.ASK_AGAIN
     assert reply.answer == step.question and reply.items == []
     assert reply.operation.state is S.AWAITING_CONFIRMATION
     assert contas.backend.stats()["total_executions"] == 0
     confirmed = await service.reply("sim", ctx, caller)
-    assert confirmed is not None and confirmed.executed
+    assert confirmed is not None and confirmed.effect is ReplyEffect.CONFIRMED
+    assert contas.backend.stats()["total_executions"] == 1
 
 
 async def test_the_reply_is_bound_to_its_conversation_and_organisation(
@@ -155,7 +156,7 @@ async def test_a_new_request_supersedes_the_pending_one(
     caller, ctx = contas.caller(), make_ctx()
     first = await service.call("cancelar_vas_avulso", ABC, ctx, caller)
     second = await service.call("cancelar_vas_avulso", ABC, ctx, caller)
-    assert second.kind is StepKind.NEEDS_CONFIRMATION
+    assert second.kind is ResultKind.NEEDS_CONFIRMATION
     old = await service.store.get(first.operation.id)  # type: ignore[union-attr]
     assert old.state is S.CANCELLED and old.status_reason.startswith("superseded")
     assert contas.backend.stats()["total_executions"] == 0
@@ -168,7 +169,7 @@ async def test_not_eligible_is_out_of_scope_and_nothing_runs(
     service: OperationService, contas: RunningContas
 ) -> None:
     step = await service.call("cancelar_vas_avulso", {"subject": "Produto Z"}, make_ctx(), contas.caller())
-    assert step.kind is StepKind.OUT_OF_SCOPE and step.is_error
+    assert step.kind is ResultKind.OUT_OF_SCOPE and step.is_error
     op = step.operation
     assert op is not None and op.state is S.OUT_OF_SCOPE
     assert op.status_reason == "Produto Z não está contratado nesta conta"
@@ -184,7 +185,7 @@ async def test_partly_eligible_keeps_the_non_actionable_items_with_reasons(
 ) -> None:
     caller, ctx = contas.caller(), make_ctx()
     step = await service.call("cancelar_vas_avulso", {"subject": "Produto A e Produto Z"}, ctx, caller)
-    assert step.kind is StepKind.NEEDS_CONFIRMATION and "Produto Z não está contratado" in (
+    assert step.kind is ResultKind.NEEDS_CONFIRMATION and "Produto Z não está contratado" in (
         step.question or ""
     )
     op = step.operation
@@ -201,7 +202,7 @@ async def test_validator_down_with_fail_open_false_fails_and_nothing_runs(
     dead = contas.caller()
     dead.servers["contas"] = "http://127.0.0.1:9/mcp"  # nothing listens there
     step = await service.call("cancelar_vas_avulso", ABC, make_ctx(), dead)
-    assert step.kind is StepKind.FAILED and step.is_error
+    assert step.kind is ResultKind.FAILED and step.is_error
     op = step.operation
     assert op is not None and op.state is S.FAILED
     assert op.error["code"] == "validator_failed" and "validator unavailable" in op.status_reason
@@ -225,7 +226,7 @@ async def test_validator_failure_with_fail_open_true_continues_with_the_original
     service = OperationService("contas", agent, OperationStore(db))
     caller, ctx = contas.caller(), make_ctx()
     step = await service.call("cancelar_vas_avulso", {"subject": "Produto A e Produto C"}, ctx, caller)
-    assert step.kind is StepKind.NEEDS_CONFIRMATION
+    assert step.kind is ResultKind.NEEDS_CONFIRMATION
     op = step.operation
     assert op is not None and op.resolved_arguments == {"subject": "Produto A e Produto C"}
     assert op.pre_validation["fail_open_used"] is True and "error" in op.pre_validation["failure"]
@@ -239,7 +240,7 @@ async def test_a_missing_required_argument_is_not_executed(
 ) -> None:
     caller = contas.caller()
     step = await service.call("cancelar_vas_avulso", {"subject": "  "}, make_ctx(), caller)
-    assert step.kind is StepKind.MISSING_ARGUMENTS and step.is_error
+    assert step.kind is ResultKind.MISSING_ARGUMENTS and step.is_error
     error = json.loads(step.output)["error"]
     assert error["code"] == "missing_arguments" and error["missing"] == ["subject"]
     assert "Ask the user" in error["message"] and "Quais serviços" in error["message"]
@@ -248,7 +249,7 @@ async def test_a_missing_required_argument_is_not_executed(
     assert caller.calls == []  # not even the validator
 
     query = await service.call("consultar_pedidos", {}, make_ctx(), caller)
-    assert query.kind is StepKind.MISSING_ARGUMENTS and json.loads(query.output)["error"]["missing"] == [
+    assert query.kind is ResultKind.MISSING_ARGUMENTS and json.loads(query.output)["error"]["missing"] == [
         "ids"
     ]
     assert caller.calls == []
@@ -260,7 +261,7 @@ async def test_a_batch_tool_without_validator_lists_every_item(
     caller, ctx = contas.caller(), make_ctx()
     items = [{"name": "Produto A", "id": "1001"}, {"name": "Produto B", "id": "1002"}, "Produto D"]
     step = await service.call("cancelar_vas_lote", json.dumps({"items": items}), ctx, caller)
-    assert step.kind is StepKind.NEEDS_CONFIRMATION
+    assert step.kind is ResultKind.NEEDS_CONFIRMATION
     question = step.question or ""
     assert "3 item(s)" in question
     assert "- Produto A (1001)" in question and "- Produto B (1002)" in question and "- Produto D" in question
@@ -313,7 +314,7 @@ async def test_a_read_only_query_runs_directly_with_a_verdict_and_no_record(
     step = await service.call(
         "consultar_pedidos", {"ids": ["1001", "1003", "9999"]}, make_ctx(), contas.caller()
     )
-    assert step.kind is StepKind.EXECUTED and step.operation is None and not step.is_error
+    assert step.kind is ResultKind.EXECUTED and step.operation is None and not step.is_error
     assert json.loads(step.output)["results"][0]["status"] == "entregue"  # the model reads the data
     assert step.meta["multi_item"]["items_succeeded_count"] == 2 and step.meta["verdict"] == "PARTIAL_SUCCESS"
     assert await service.store.list("org_a", OperationQuery()) == []
@@ -331,7 +332,7 @@ async def test_an_expired_confirmation_cannot_be_given(
         "contas", agent_tools, OperationStore(db, clock=lambda: utcnow() + timedelta(minutes=2))
     )
     reply = await later.reply("sim", ctx, caller)
-    assert reply is not None and reply.outcome is ReplyOutcome.EXPIRED
+    assert reply is not None and reply.effect is ReplyEffect.EXPIRED
     assert reply.operation.state is S.CANCELLED and reply.operation.status_reason.startswith("expired")
     assert contas.backend.stats()["total_executions"] == 0
 
@@ -342,16 +343,19 @@ async def test_configured_words_confirm(db: Database, agent_tools: AgentTools, c
     caller, ctx = contas.caller(), make_ctx()
     await service.call("cancelar_vas_avulso", ABC, ctx, caller)
     reply = await service.reply("bora!", ctx, caller)
-    assert reply is not None and reply.executed
+    assert reply is not None and reply.effect is ReplyEffect.CONFIRMED
+    assert contas.backend.stats()["total_executions"] == 1
 
 
 async def test_unknown_tools_and_bad_arguments_are_errors_for_the_model(
     service: OperationService, contas: RunningContas
 ) -> None:
     unknown = await service.call("apagar_tudo", {}, make_ctx(), contas.caller())
-    assert unknown.kind is StepKind.INVALID and json.loads(unknown.output)["error"]["code"] == "unknown_tool"
+    assert (
+        unknown.kind is ResultKind.INVALID and json.loads(unknown.output)["error"]["code"] == "unknown_tool"
+    )
     bad = await service.call("cancelar_vas_avulso", "{not json", make_ctx(), contas.caller())
-    assert bad.kind is StepKind.INVALID and json.loads(bad.output)["error"]["code"] == "invalid_arguments"
+    assert bad.kind is ResultKind.INVALID and json.loads(bad.output)["error"]["code"] == "invalid_arguments"
 
 
 async def test_a_transactional_tool_without_confirmation_runs_at_once_and_is_recorded(
@@ -362,7 +366,7 @@ async def test_a_transactional_tool_without_confirmation_runs_at_once_and_is_rec
     )
     service = OperationService("contas", agent, OperationStore(db))
     step = await service.call("cancelar_vas_lote", {"items": ["Produto C"]}, make_ctx(), contas.caller())
-    assert step.kind is StepKind.EXECUTED and step.question is None
+    assert step.kind is ResultKind.EXECUTED and step.question is None
     op = step.operation
     assert op is not None and op.state is S.COMPLETED and op.confirmed_via == "policy"
     assert op.verdict["status"] == "SUCCESS" and contas.backend.executions == {op.id: 1}
@@ -383,6 +387,6 @@ async def test_a_validator_naming_an_unknown_target_fails_without_executing(
     agent.tools["cancelar_vas_lote"].enabled = False
     service = OperationService("contas", agent, OperationStore(db))
     step = await service.call("cancelar_vas_avulso", {"subject": "Produto A"}, make_ctx(), contas.caller())
-    assert step.kind is StepKind.FAILED
+    assert step.kind is ResultKind.FAILED
     assert step.operation is not None and "cancelar_vas_lote" in step.operation.status_reason
     assert contas.backend.stats()["total_executions"] == 0

@@ -20,7 +20,7 @@ from hatchway.config.agent_files import AgentTools
 from hatchway.config.settings import Settings
 from hatchway.engine.tools.operations.execution import OperationConflict, confirm_operation
 from hatchway.engine.tools.operations.models import OperationStatus
-from hatchway.engine.tools.operations.service import OperationService, StepKind
+from hatchway.engine.tools.operations.service import OperationService, ResultKind
 from hatchway.engine.tools.operations.store import EXPIRED, OperationDraft, OperationQuery, OperationStore
 from hatchway.gateway import Gateway
 from hatchway.store.db import Database
@@ -59,7 +59,7 @@ async def _pending(
     step = await service.call(
         "cancelar_vas_avulso", SUBJECT, make_ctx(org, session), contas.caller(), call_id="call_1"
     )
-    assert step.kind is StepKind.NEEDS_CONFIRMATION
+    assert step.kind is ResultKind.NEEDS_CONFIRMATION
     assert step.operation is not None
     return step.operation
 

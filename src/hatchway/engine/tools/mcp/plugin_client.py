@@ -44,7 +44,7 @@ _MAX_BACKOFF_SECONDS = 2.0
 
 
 @dataclass(slots=True)
-class CallOutcome:
+class RetriedCall:
     """One logical tool call after its retries: a result (maybe the tool's own error) or a failure."""
 
     result: McpCallResult | None
@@ -126,7 +126,7 @@ class PluginMcpClient:
         *,
         meta: dict[str, Any] | None = None,
         at_most_once: bool = False,
-    ) -> CallOutcome:
+    ) -> RetriedCall:
         """Call ``tool``; transport failures are retried, the tool's own ``isError`` result is not.
 
         ``at_most_once``: only failures that prove the request never left are retried (see
@@ -142,8 +142,8 @@ class PluginMcpClient:
         try:
             result, retries = await self._with_retries(server, ctx, operation, at_most_once=at_most_once)
         except _Failed as failed:
-            return CallOutcome(result=None, error=failed.error, retries=failed.retries)
-        return CallOutcome(result=result, error=None, retries=retries)
+            return RetriedCall(result=None, error=failed.error, retries=failed.retries)
+        return RetriedCall(result=result, error=None, retries=retries)
 
     async def call_mcp_tool(
         self,

@@ -28,7 +28,7 @@ class VerdictStatus(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class ItemOutcome:
+class ItemResult:
     """One item's terminal outcome as the tool reported it."""
 
     index: int
@@ -58,7 +58,7 @@ class OperationVerdict:
 
     status: VerdictStatus
     primary_tool: str
-    items: tuple[ItemOutcome, ...] = ()
+    items: tuple[ItemResult, ...] = ()
     source: str = "results"
     """Where the items came from: ``workflow.output.<tool>.results``, ``results`` or ``outer``."""
     original_ok: bool | None = None
@@ -179,9 +179,9 @@ def _outer_error(result: Any) -> Any:
     return None
 
 
-def _item(index: int, raw: Any) -> ItemOutcome:
+def _item(index: int, raw: Any) -> ItemResult:
     if not isinstance(raw, dict):
-        return ItemOutcome(index, None, error="item is not an object")
+        return ItemResult(index, None, error="item is not an object")
     flag = raw.get("success")
     if not isinstance(flag, bool):
         flag = raw.get("ok")
@@ -191,7 +191,7 @@ def _item(index: int, raw: Any) -> ItemOutcome:
         error = _compact(error)
     if success is None and error is None:
         error = "no boolean success/ok in this item"
-    return ItemOutcome(index, success, _scalar(raw.get("name")), _scalar(raw.get("id")), error)
+    return ItemResult(index, success, _scalar(raw.get("name")), _scalar(raw.get("id")), error)
 
 
 def _scalar(value: Any) -> str | None:

@@ -32,7 +32,7 @@ OPERATION_META_KEY = "io.hatchway/operation_id"
 
 
 @dataclass(slots=True)
-class ConfirmOutcome:
+class Confirmation:
     """``executed`` is True only for the one confirmation that ran the tool."""
 
     operation: OperationRecord
@@ -70,7 +70,7 @@ async def confirm_operation(
     via: str,
     expected_digest: str | None = None,
     wait_seconds: float = 60.0,
-) -> ConfirmOutcome:
+) -> Confirmation:
     """Confirm ``op_id`` for ``ctx``'s organisation: execute it if this call wins the claim.
 
     Raises NotFound (another organisation's or unknown), OperationConflict (expired, cancelled,
@@ -81,13 +81,13 @@ async def confirm_operation(
     check_confirmable(op, expected_digest)
     won = await store.claim(op.id, org_id=ctx.org_id, confirmed_by=ctx.on_behalf_of, via=via)
     if won:
-        return ConfirmOutcome(await execute_claimed(store, op, caller, ctx), executed=True)
+        return Confirmation(await execute_claimed(store, op, caller, ctx), executed=True)
     current = await store.get(op.id, org_id=ctx.org_id)
     if current.state is S.EXECUTING:
         current = await store.wait_for_outcome(op.id, wait_seconds)
     if current.state.is_open or current.state is S.CANCELLED:
         check_confirmable(current, expected_digest)  # expired between our read and the claim
-    return ConfirmOutcome(current, executed=False)
+    return Confirmation(current, executed=False)
 
 
 def check_confirmable(op: OperationRecord, expected_digest: str | None = None) -> None:

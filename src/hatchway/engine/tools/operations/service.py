@@ -1,7 +1,7 @@
 """The operation flow for one agent: requires → pre-validation → confirmation → execution → verdict.
 
 ``OperationService.call`` handles a model's call of one of the agent's tools and returns an
-``OperationStep`` saying what happened — executed, needs the user's confirmation, missing
+``OperationResult`` saying what happened — executed, needs the user's confirmation, missing
 arguments, out of scope, failed. ``OperationService.reply`` reads the end user's next message for a
 pending confirmation. Both take the ``McpToolCaller`` of the run, so the same code serves a chat
 turn, a Responses turn and ``POST /v1/operations/{id}/confirm``.
@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any
-
-import orjson
 
 from hatchway.config.agent_files import AgentTools, ResolvedPolicy
 from hatchway.config.agents import OperationSettings, PreValidation, ToolDefinition
@@ -41,12 +39,13 @@ from hatchway.engine.tools.operations.models import OperationRecord, OperationSt
 from hatchway.engine.tools.operations.prevalidation import ValidatorAnswer, run_validator
 from hatchway.engine.tools.operations.specs import tool_specs
 from hatchway.engine.tools.operations.store import OperationDraft, OperationStore
+from hatchway.engine.tools.payloads import error_body, parse_arguments
 from hatchway.errors import ToolError
 
 S = OperationStatus
 
 
-class StepKind(StrEnum):
+class ResultKind(StrEnum):
     EXECUTED = "executed"
     """The tool ran (an operation COMPLETED, or a plain call); the output carries the verdict."""
     NEEDS_CONFIRMATION = "needs_confirmation"
@@ -61,10 +60,10 @@ class StepKind(StrEnum):
 
 
 @dataclass(slots=True)
-class OperationStep:
+class OperationResult:
     """What one tool call produced; a toolset maps it to a ToolResult (and an Interruption)."""
 
-    kind: StepKind
+    kind: ResultKind
     output: str
     """What the model reads."""
     is_error: bool = False
@@ -75,7 +74,7 @@ class OperationStep:
     """For the run log: operation_id, status, verdict, multi_item."""
 
 
-class ReplyOutcome(StrEnum):
+class ReplyEffect(StrEnum):
     CONFIRMED = "confirmed"
     CANCELLED = "cancelled"
     ASK_AGAIN = "ask_again"
@@ -83,27 +82,25 @@ class ReplyOutcome(StrEnum):
 
 
 @dataclass(slots=True)
-class ReplyStep:
+class ReplyResult:
     """What the user's reply did to the conversation's pending operation."""
 
-    outcome: ReplyOutcome
+    effect: ReplyEffect
     operation: OperationRecord
     items: list[Item] = field(default_factory=list)
     """The operation as a call + output, for the model to report (CONFIRMED, CANCELLED, EXPIRED)."""
     answer: str | None = None
     """For ASK_AGAIN: the question to repeat to the user."""
-    executed: bool = False
-    """True only for the reply whose confirmation ran the tool."""
 
 
 _STEP_OF_STATUS = {
-    S.COMPLETED: StepKind.EXECUTED,
-    S.FAILED: StepKind.FAILED,
-    S.INTERRUPTED: StepKind.INTERRUPTED,
-    S.OUT_OF_SCOPE: StepKind.OUT_OF_SCOPE,
-    S.CANCELLED: StepKind.CANCELLED,
-    S.AWAITING_CONFIRMATION: StepKind.NEEDS_CONFIRMATION,
-    S.COLLECTING_PARAMETERS: StepKind.MISSING_ARGUMENTS,
+    S.COMPLETED: ResultKind.EXECUTED,
+    S.FAILED: ResultKind.FAILED,
+    S.INTERRUPTED: ResultKind.INTERRUPTED,
+    S.OUT_OF_SCOPE: ResultKind.OUT_OF_SCOPE,
+    S.CANCELLED: ResultKind.CANCELLED,
+    S.AWAITING_CONFIRMATION: ResultKind.NEEDS_CONFIRMATION,
+    S.COLLECTING_PARAMETERS: ResultKind.MISSING_ARGUMENTS,
 }
 
 
@@ -160,14 +157,14 @@ class OperationService:
         caller: McpToolCaller,
         *,
         call_id: str | None = None,
-    ) -> OperationStep:
+    ) -> OperationResult:
         """Run one call of tool ``name`` under its policy."""
         tool = self.tools.enabled().get(name)
         if tool is None:
-            return _error_step(StepKind.INVALID, "unknown_tool", f"{name} is not a tool of this agent.")
-        args = _parse_arguments(arguments)
+            return _error_result(ResultKind.INVALID, "unknown_tool", f"{name} is not a tool of this agent.")
+        args = parse_arguments(arguments)
         if args is None:
-            return _error_step(StepKind.INVALID, "invalid_arguments", "Arguments must be a JSON object.")
+            return _error_result(ResultKind.INVALID, "invalid_arguments", "Arguments must be a JSON object.")
         policy = self.tools.policy(name)
         if not policy.is_operation:
             return await self._run_direct(name, tool, policy, args, ctx, caller)
@@ -179,11 +176,11 @@ class OperationService:
                 S.COLLECTING_PARAMETERS,
                 status_reason="missing: " + ", ".join(missing),
             )
-            return self._missing_step(name, tool, missing, await self.store.get(op.id))
+            return self._missing_result(name, tool, missing, await self.store.get(op.id))
         answer: ValidatorAnswer | None = None
         if policy.pre_validation is not None:
             if not await self.store.transition(op.id, [S.COLLECTING_PARAMETERS], S.PRE_VALIDATION):
-                return await self._current_step(op.id)
+                return await self._current_result(op.id)
             answer = await run_validator(caller, tool.mcp_server, policy.pre_validation.tool or "", args, ctx)
             if stop := await self._validator_stop(op, answer, policy.pre_validation):
                 return stop
@@ -191,7 +188,7 @@ class OperationService:
 
     async def _validator_stop(
         self, op: OperationRecord, answer: ValidatorAnswer, rule: PreValidation
-    ) -> OperationStep | None:
+    ) -> OperationResult | None:
         if answer.failed and not rule.fail_open:
             await self.store.transition(
                 op.id,
@@ -201,7 +198,7 @@ class OperationService:
                 pre_validation=answer.to_record(),
                 error={"code": "validator_failed", "message": answer.failure},
             )
-            return await self._current_step(op.id)
+            return await self._current_result(op.id)
         if answer.failed:
             answer.fail_open_used = True  # continue with the original arguments
             return None
@@ -213,7 +210,7 @@ class OperationService:
                 status_reason=answer.reason or "the validator found nothing eligible",
                 pre_validation=answer.to_record(),
             )
-            return await self._current_step(op.id)
+            return await self._current_result(op.id)
         return None
 
     async def _after_validation(
@@ -223,7 +220,7 @@ class OperationService:
         answer: ValidatorAnswer | None,
         ctx: RunContext,
         caller: McpToolCaller,
-    ) -> OperationStep:
+    ) -> OperationResult:
         """Freeze the (resolved) arguments, then ask the user or, without confirmation, execute."""
         usable = answer if answer is not None and not answer.failed else None
         resolved = (usable.resolved_arguments if usable else None) or op.arguments
@@ -234,7 +231,7 @@ class OperationService:
             await self.store.transition(
                 op.id, [S.COLLECTING_PARAMETERS, S.PRE_VALIDATION], S.FAILED, status_reason=reason
             )
-            return await self._current_step(op.id)
+            return await self._current_result(op.id)
         frozen: dict[str, Any] = {
             "resolved_arguments": resolved,
             "arguments_digest": arguments_digest(resolved),
@@ -250,11 +247,11 @@ class OperationService:
         expires = self.store.clock() + timedelta(seconds=self.settings.confirmation_ttl_seconds)
         # Superseded meanwhile, the step says CANCELLED; otherwise it asks the user ``message``.
         await self.store.await_confirmation(op, confirmation_message=message, expires_at=expires, **frozen)
-        return await self._current_step(op.id)
+        return await self._current_result(op.id)
 
     async def _execute_now(
         self, op: OperationRecord, frozen: dict[str, Any], ctx: RunContext, caller: McpToolCaller
-    ) -> OperationStep:
+    ) -> OperationResult:
         """A transactional tool that needs no confirmation: claimed and executed straight away."""
         claimed = await self.store.claim(
             op.id,
@@ -264,8 +261,8 @@ class OperationService:
             **frozen,
         )
         if not claimed:
-            return await self._current_step(op.id)
-        return step_for(await execute_claimed(self.store, await self.store.get(op.id), caller, ctx))
+            return await self._current_result(op.id)
+        return result_of(await execute_claimed(self.store, await self.store.get(op.id), caller, ctx))
 
     async def _run_direct(
         self,
@@ -275,27 +272,29 @@ class OperationService:
         args: dict[str, Any],
         ctx: RunContext,
         caller: McpToolCaller,
-    ) -> OperationStep:
+    ) -> OperationResult:
         """A read-only tool: requires and pre-validation apply, no durable record, output as sent."""
         if missing := missing_arguments(policy.requires, args):
-            return self._missing_step(name, tool, missing, None)
+            return self._missing_result(name, tool, missing, None)
         rule = policy.pre_validation
         if rule is not None:
             answer = await run_validator(caller, tool.mcp_server, rule.tool or "", args, ctx)
             if answer.failed and not rule.fail_open:
-                return _error_step(StepKind.FAILED, "validator_failed", answer.failure or "validator failed")
+                return _error_result(
+                    ResultKind.FAILED, "validator_failed", answer.failure or "validator failed"
+                )
             if not answer.failed and not answer.eligible:
-                return _error_step(StepKind.OUT_OF_SCOPE, "out_of_scope", answer.reason or "not eligible")
+                return _error_result(ResultKind.OUT_OF_SCOPE, "out_of_scope", answer.reason or "not eligible")
             if not answer.failed and answer.resolved_arguments:
                 args = answer.resolved_arguments
         try:
             result = await caller.call_mcp_tool(tool.mcp_server, name, args, ctx)
         except ToolError as exc:
-            return _error_step(StepKind.FAILED, exc.code or "tool_error", ctx.redact(exc.message))
+            return _error_result(ResultKind.FAILED, exc.code or "tool_error", ctx.redact(exc.message))
         body = result.structured if result.structured is not None else result.text
         verdict = classify_results(body, name, is_error=result.is_error)
-        return OperationStep(
-            StepKind.EXECUTED,
+        return OperationResult(
+            ResultKind.EXECUTED,
             ctx.redact(result.text),
             is_error=result.is_error,
             meta={"verdict": verdict.status.value, "multi_item": verdict.multi_item()},
@@ -303,7 +302,7 @@ class OperationService:
 
     # -- the user's reply ------------------------------------------------------------------------
 
-    async def reply(self, text: str, ctx: RunContext, caller: McpToolCaller) -> ReplyStep | None:
+    async def reply(self, text: str, ctx: RunContext, caller: McpToolCaller) -> ReplyResult | None:
         """Decide the conversation's pending confirmation from the user's message; None if none."""
         if ctx.session_key is None:
             return None
@@ -312,22 +311,22 @@ class OperationService:
             return None
         if self.store.is_expired(op):
             expired = await self.store.get(op.id, org_id=ctx.org_id)  # applies the expiry
-            return ReplyStep(ReplyOutcome.EXPIRED, expired, preamble_items(expired))
+            return ReplyResult(ReplyEffect.EXPIRED, expired, preamble_items(expired))
         kind = classify_reply(text, self.vocabulary)
         if kind is ReplyKind.AMBIGUOUS:
-            return ReplyStep(ReplyOutcome.ASK_AGAIN, op, answer=op.confirmation_message)
+            return ReplyResult(ReplyEffect.ASK_AGAIN, op, answer=op.confirmation_message)
         if kind is ReplyKind.NO:
             await self.store.cancel(op.id, "cancelled by the user's reply", org_id=ctx.org_id)
             current = await self.store.get(op.id, org_id=ctx.org_id)
-            return ReplyStep(ReplyOutcome.CANCELLED, current, preamble_items(current))
+            return ReplyResult(ReplyEffect.CANCELLED, current, preamble_items(current))
         try:
-            outcome = await confirm_operation(self.store, op.id, caller, ctx, via="reply")
+            confirmation = await confirm_operation(self.store, op.id, caller, ctx, via="reply")
         except OperationConflict as exc:  # expired or cancelled between our read and the claim
             expired = exc.code == "operation_expired"
-            decided = ReplyOutcome.EXPIRED if expired else ReplyOutcome.CANCELLED
-            return ReplyStep(decided, exc.operation, preamble_items(exc.operation))
-        done = outcome.operation
-        return ReplyStep(ReplyOutcome.CONFIRMED, done, preamble_items(done), executed=outcome.executed)
+            decided = ReplyEffect.EXPIRED if expired else ReplyEffect.CANCELLED
+            return ReplyResult(decided, exc.operation, preamble_items(exc.operation))
+        done = confirmation.operation
+        return ReplyResult(ReplyEffect.CONFIRMED, done, preamble_items(done))
 
     # -- internals -------------------------------------------------------------------------------
 
@@ -355,26 +354,35 @@ class OperationService:
             requested_by=ctx.on_behalf_of,
         )
 
-    def _missing_step(
+    def _missing_result(
         self, name: str, tool: ToolDefinition, missing: list[str], op: OperationRecord | None
-    ) -> OperationStep:
+    ) -> OperationResult:
         labels = {m: tool.args_schema[m].label or "" for m in missing if m in tool.args_schema}
         output = missing_arguments_output(name, missing, labels, tool.user_prompt)
         meta = _meta(op) if op else {}
-        return OperationStep(
-            StepKind.MISSING_ARGUMENTS, output, is_error=True, operation=op, meta=meta | {"missing": missing}
+        return OperationResult(
+            ResultKind.MISSING_ARGUMENTS,
+            output,
+            is_error=True,
+            operation=op,
+            meta=meta | {"missing": missing},
         )
 
-    async def _current_step(self, op_id: str) -> OperationStep:
-        return step_for(await self.store.get(op_id))
+    async def _current_result(self, op_id: str) -> OperationResult:
+        return result_of(await self.store.get(op_id))
 
 
-def step_for(op: OperationRecord) -> OperationStep:
+def result_of(op: OperationRecord) -> OperationResult:
     """The step an operation's current state means for the model."""
-    kind = _STEP_OF_STATUS.get(op.state, StepKind.FAILED)
-    failed = kind in (StepKind.FAILED, StepKind.OUT_OF_SCOPE, StepKind.CANCELLED, StepKind.INTERRUPTED)
-    question = op.confirmation_message if kind is StepKind.NEEDS_CONFIRMATION else None
-    return OperationStep(
+    kind = _STEP_OF_STATUS.get(op.state, ResultKind.FAILED)
+    failed = kind in (
+        ResultKind.FAILED,
+        ResultKind.OUT_OF_SCOPE,
+        ResultKind.CANCELLED,
+        ResultKind.INTERRUPTED,
+    )
+    question = op.confirmation_message if kind is ResultKind.NEEDS_CONFIRMATION else None
+    return OperationResult(
         kind, operation_output(op), is_error=failed, question=question, operation=op, meta=_meta(op)
     )
 
@@ -400,16 +408,7 @@ def _meta(op: OperationRecord) -> dict[str, Any]:
     return meta
 
 
-def _error_step(kind: StepKind, code: str, message: str) -> OperationStep:
-    body = orjson.dumps({"error": {"code": code, "message": message}}).decode()
-    return OperationStep(kind, body, is_error=True, meta={"outcome": "error", "error_code": code})
-
-
-def _parse_arguments(arguments: str | dict[str, Any]) -> dict[str, Any] | None:
-    if isinstance(arguments, dict):
-        return arguments
-    try:
-        parsed = orjson.loads(arguments or "{}")
-    except orjson.JSONDecodeError:
-        return None
-    return parsed if isinstance(parsed, dict) else None
+def _error_result(kind: ResultKind, code: str, message: str) -> OperationResult:
+    return OperationResult(
+        kind, error_body(code, message), is_error=True, meta={"outcome": "error", "error_code": code}
+    )

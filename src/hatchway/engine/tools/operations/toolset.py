@@ -29,10 +29,10 @@ from hatchway.engine.items import FunctionCall, Item, Message, ToolSpec
 from hatchway.engine.tools.base import Interruption, RunPreamble, ToolResult, Toolset
 from hatchway.engine.tools.mcp.calls import McpToolCaller
 from hatchway.engine.tools.operations.service import (
+    OperationResult,
     OperationService,
-    OperationStep,
-    ReplyOutcome,
-    StepKind,
+    ReplyEffect,
+    ResultKind,
 )
 
 
@@ -65,7 +65,7 @@ class OperationToolset(Toolset):
                     operation_id=self._asking,
                 )
             step = await self._call(call, ctx)
-            if step.kind is StepKind.NEEDS_CONFIRMATION and step.operation is not None:
+            if step.kind is ResultKind.NEEDS_CONFIRMATION and step.operation is not None:
                 self._asking = step.operation.id
         return self._result(call, step)
 
@@ -76,14 +76,14 @@ class OperationToolset(Toolset):
         reply = await self.service.reply(last.text, ctx, self.caller)
         if reply is None:
             return None
-        if reply.outcome is ReplyOutcome.ASK_AGAIN:
+        if reply.effect is ReplyEffect.ASK_AGAIN:
             return RunPreamble(answer=reply.answer or reply.operation.confirmation_message or "")
         return RunPreamble(items=reply.items)
 
-    async def _call(self, call: FunctionCall, ctx: RunContext) -> OperationStep:
+    async def _call(self, call: FunctionCall, ctx: RunContext) -> OperationResult:
         return await self.service.call(call.name, call.arguments, ctx, self.caller, call_id=call.call_id)
 
-    def _result(self, call: FunctionCall, step: OperationStep) -> ToolResult:
+    def _result(self, call: FunctionCall, step: OperationResult) -> ToolResult:
         """The step as the loop takes it; ``meta`` (operation id, status, verdict) goes to the run log."""
         meta: dict[str, Any] = {"server": self.service.server_of(call.name), "tool": call.name, **step.meta}
         op = step.operation
@@ -91,7 +91,7 @@ class OperationToolset(Toolset):
             meta["verdict"] = op.verdict.get("status")
         meta["outcome"] = "error" if "error_code" in meta else step.kind.value
         interrupt = None
-        if step.kind is StepKind.NEEDS_CONFIRMATION and op is not None:
+        if step.kind is ResultKind.NEEDS_CONFIRMATION and op is not None:
             interrupt = Interruption(
                 message=step.question or op.confirmation_message or "",
                 data={"operation_id": op.id, "tool": op.tool, "arguments_digest": op.arguments_digest},
