@@ -20,7 +20,7 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -32,6 +32,8 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from starlette.responses import JSONResponse, Response
 
+from hatchway.engine.context import RunContext
+from hatchway.errors import McpServerError
 from tests.support.servers import ServerThread
 
 STDIO_SERVER = Path(__file__).with_name("mcp_stdio_server.py")
@@ -301,3 +303,24 @@ class BearerCredentials:
 def stdio_command() -> tuple[str, list[str]]:
     """``(command, args)`` that start a stdio MCP server offering echo and add."""
     return sys.executable, [str(STDIO_SERVER)]
+
+
+class NoCredentials:
+    """Credentials for servers with ``auth: {type: none}`` only (the pool's tests need no vault)."""
+
+    async def authorize(self, server: Any, ctx: RunContext, *, trusted: bool) -> None:
+        return None
+
+    async def auth_headers(self, server: Any, ctx: RunContext, *, trusted: bool) -> dict[str, str]:
+        auth = getattr(server, "auth", None)
+        kind = getattr(auth, "type", "none") if auth is not None else "none"
+        if kind != "none":
+            raise McpServerError(
+                f"auth type '{kind}' needs the vault, which is not configured", code="auth_unavailable"
+            )
+        return {}
+
+    async def invalidate(
+        self, server: Any, ctx: RunContext, *, refused: Mapping[str, str] | None = None
+    ) -> None:
+        return None

@@ -205,11 +205,6 @@ class Settings(StrictModel):
             raise ValueError("agents: agent names must be unique")
         return self
 
-    @property
-    def config_dir(self) -> Path:
-        """Directory that relative plugin/agent file paths are resolved against."""
-        return self._config_dir
-
     def resolve_path(self, path: str) -> Path:
         """A path from this file, relative to the file's own directory."""
         p = Path(path)

@@ -90,7 +90,6 @@ MEANINGS: dict[str, str] = {
     "mcp_protocol_error": "The MCP server broke the protocol (a JSON-RPC error or an unusable message).",
     "mcp_unauthorized": "The MCP server refused the credentials twice (HTTP 401, once more after a refresh).",
     "unknown_server": "A tool names an MCP server the bound plugin does not have.",
-    "auth_unavailable": "The server's auth type needs the vault, which this process does not have.",
     "mcp_auth_failed": "Credentials for the MCP server could not be obtained; no request was sent.",
     "mcp_auth": "Credentials for the MCP server could not be built (e.g. a bad header value).",
     "oauth_bad_token_url": "The OAuth `token_url` is not allowed (https, or http to a loopback host only).",

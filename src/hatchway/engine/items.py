@@ -87,12 +87,3 @@ class ToolSpec:
         if self.strict is not None:
             fn["strict"] = self.strict
         return {"type": "function", "function": fn}
-
-
-def text_of(content: Any) -> str:
-    """Text of a chat/Responses content value (string or parts)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return ""

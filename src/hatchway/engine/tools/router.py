@@ -38,10 +38,6 @@ class ToolRouter:
                 self._specs.append(spec)
         return [*self._specs, *self.client_tools]
 
-    @property
-    def server_specs(self) -> list[ToolSpec]:
-        return list(self._specs)
-
     def is_client_call(self, call: FunctionCall) -> bool:
         return call.name not in self._owners and any(t.name == call.name for t in self.client_tools)
 

@@ -14,8 +14,9 @@ import pytest
 
 from hatchway.config.plugin import McpServerConfig
 from hatchway.engine.tools.mcp.auth import VaultCredentials, token_url_problem
-from hatchway.engine.tools.mcp.auth.egress import PinnedAddress, is_public, pin_public_address
+from hatchway.engine.tools.mcp.auth.egress import PinnedAddress, pin_public_address
 from hatchway.engine.tools.mcp.auth.oauth import ClientCredentials, TokenEndpoint
+from hatchway.engine.tools.mcp.egress import forbidden_reason
 from hatchway.errors import McpAuthError, PermissionDenied
 from hatchway.store.cache import MemoryCache
 from hatchway.store.db import Database
@@ -370,7 +371,7 @@ async def test_a_pinned_address_is_where_the_request_goes_with_the_name_kept_for
     ],
 )
 async def test_public_addresses(address: str, public: bool) -> None:
-    assert is_public(ip_address(address)) is public
+    assert (forbidden_reason(ip_address(address)) is None) is public
 
 
 async def test_localhost_is_not_public() -> None:

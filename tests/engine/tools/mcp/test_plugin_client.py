@@ -14,11 +14,10 @@ import pytest
 
 from hatchway.config.plugin import PluginConfig, parse_plugin
 from hatchway.engine.context import Principal, RunContext
-from hatchway.engine.tools.mcp.credentials import NoCredentials
 from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
 from hatchway.engine.tools.mcp.pool import McpServerPool
 from hatchway.errors import McpServerError, ToolOutcomeUnknown, ToolTimeout
-from tests.support.mcp_servers import BearerCredentials, McpTestServer, stdio_command
+from tests.support.mcp_servers import BearerCredentials, McpTestServer, NoCredentials, stdio_command
 
 pytestmark = pytest.mark.anyio
 

@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from hatchway.engine.context import RunContext
-from hatchway.errors import McpServerError
 
 
 class McpCredentials(Protocol):
@@ -31,24 +30,3 @@ class McpCredentials(Protocol):
         forget that cached token so the next call fetches a fresh one. A token other than the
         refused one (already replaced by a concurrent call) is kept, so N calls refused at once
         cause one new fetch, not N. Credential failures are never retried by the pool."""
-
-
-class NoCredentials:
-    """The default before a vault is wired in: only ``auth: {type: none}`` servers work."""
-
-    async def authorize(self, server: Any, ctx: RunContext, *, trusted: bool) -> None:
-        return None
-
-    async def auth_headers(self, server: Any, ctx: RunContext, *, trusted: bool) -> dict[str, str]:
-        auth = getattr(server, "auth", None)
-        kind = getattr(auth, "type", "none") if auth is not None else "none"
-        if kind != "none":
-            raise McpServerError(
-                f"auth type '{kind}' needs the vault, which is not configured", code="auth_unavailable"
-            )
-        return {}
-
-    async def invalidate(
-        self, server: Any, ctx: RunContext, *, refused: Mapping[str, str] | None = None
-    ) -> None:
-        return None

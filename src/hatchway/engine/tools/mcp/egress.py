@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
 from hatchway.errors import PermissionDenied
@@ -56,12 +57,40 @@ async def resolve_host(host: str, port: int) -> list[IpAddress]:
     return [ipaddress.ip_address(info[4][0].split("%", 1)[0]) for info in infos]
 
 
-async def check_egress(url: str, *, allow_private: bool) -> None:
-    """Raise PermissionDenied unless ``url`` may be reached on behalf of an untrusted caller.
+Resolver = Callable[[str, int], Awaitable[list[IpAddress]]]
 
-    The host name is resolved and every address it resolves to is checked: one private address is
-    enough to refuse (a name with a public and a private record could be steered to either).
+
+class EgressRefused(Exception):
+    """``host`` resolved to an address an untrusted caller may not reach (or to none)."""
+
+    def __init__(self, host: str, address: IpAddress | None, reason: str) -> None:
+        super().__init__(f"{host} resolves to a {reason} address")
+        self.host = host
+        self.address = address
+        self.reason = reason
+
+
+async def public_address(host: str, port: int, *, resolver: Resolver = resolve_host) -> IpAddress:
+    """The one egress rule for untrusted callers: where ``host`` may be reached, if anywhere.
+
+    The host is resolved once and every address it resolves to is checked: one that is not public is
+    enough to refuse (a name with a public and a private record could be steered to either). The
+    first address is returned, for the caller to connect to it and nothing else: resolving again at
+    connect time would let a DNS answer that changes in between (rebinding) reach inwards. Raises
+    EgressRefused, or OSError when the name does not resolve.
     """
+    addresses = await resolver(host, port)
+    if not addresses:
+        raise EgressRefused(host, None, "unresolvable")
+    for address in addresses:
+        reason = forbidden_reason(address)
+        if reason is not None:
+            raise EgressRefused(host, address, reason)
+    return addresses[0]
+
+
+async def check_egress(url: str, *, allow_private: bool) -> None:
+    """Raise PermissionDenied unless ``url`` may be reached on behalf of an untrusted caller."""
     parts = urlsplit(url)
     host = parts.hostname
     if parts.scheme not in ("http", "https") or not host:
@@ -70,18 +99,16 @@ async def check_egress(url: str, *, allow_private: bool) -> None:
         return
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
-        addresses = await resolve_host(host, port)
+        await public_address(host, port)
     except OSError as exc:
         raise PermissionDenied(
             f"{url}: the host {host} could not be resolved ({exc.strerror or exc}), so it cannot be checked",
             code="egress_denied",
         ) from None
-    for address in addresses:
-        reason = forbidden_reason(address)
-        if reason is not None:
-            shown = host if host == str(address) else f"{host} ({address})"
-            raise PermissionDenied(
-                f"{url}: {shown} is a {reason} address, which plugins sent in a request may not reach; "
-                + _ALLOW_HINT,
-                code="egress_denied",
-            )
+    except EgressRefused as refused:
+        shown = host if host == str(refused.address) else f"{host} ({refused.address})"
+        raise PermissionDenied(
+            f"{url}: {shown} is a {refused.reason} address, which plugins sent in a request may not reach; "
+            + _ALLOW_HINT,
+            code="egress_denied",
+        ) from None

@@ -11,16 +11,14 @@ which the SDK would otherwise report alike.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import httpx2
 
-from hatchway.engine.tools.mcp.egress import IpAddress, forbidden_reason, resolve_host
-
-Resolver = Callable[[str, int], Awaitable[list[IpAddress]]]
+from hatchway.engine.tools.mcp.egress import EgressRefused, Resolver, public_address, resolve_host
 
 # Headers the MCP transport sets itself; a scope never overrides them.
 _TRANSPORT_HEADERS = frozenset(
@@ -73,10 +71,6 @@ def request_scope(headers: dict[str, str]) -> Iterator[RequestScope]:
         _current.reset(token)
 
 
-def current_scope() -> RequestScope | None:
-    return _current.get()
-
-
 class EgressDenied(httpx2.ConnectError):
     """An untrusted server's host resolved to an address the gateway may not reach."""
 
@@ -84,9 +78,9 @@ class EgressDenied(httpx2.ConnectError):
 class ScopedTransport(httpx2.AsyncBaseTransport):
     """Adds the current scope's headers to each request and records its outcome in the scope.
 
-    With ``guard`` (servers from inline plugins) every host is resolved once, each address is
-    checked, and the connection is pinned to a checked address (TLS still verifies the name), so
-    a DNS answer that changes after the check (rebinding) cannot steer the session inwards.
+    With ``guard`` (servers from inline plugins) each host goes through the egress rule
+    (``mcp/egress.py``) once and the connection is pinned to the checked address (TLS still
+    verifies the name), so a DNS answer that changes after the check cannot steer the session inwards.
     """
 
     def __init__(
@@ -121,14 +115,12 @@ class ScopedTransport(httpx2.AsyncBaseTransport):
         address = self._pinned.get((host, port))
         if address is None:
             try:
-                addresses = await self._resolve(host, port)
+                checked = await public_address(host, port, resolver=self._resolve)
             except OSError as exc:
                 raise httpx2.ConnectError(f"cannot resolve {host}: {exc}", request=request) from None
-            for candidate in addresses:
-                reason = forbidden_reason(candidate)
-                if reason is not None:
-                    raise EgressDenied(f"{host} resolves to a {reason} address", request=request)
-            address = self._pinned[(host, port)] = str(addresses[0])
+            except EgressRefused as refused:
+                raise EgressDenied(str(refused), request=request) from None
+            address = self._pinned[(host, port)] = str(checked)
         if address != host:
             if request.url.scheme == "https":
                 request.extensions = {**request.extensions, "sni_hostname": host}

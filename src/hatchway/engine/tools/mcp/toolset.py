@@ -17,6 +17,7 @@ from hatchway.engine.tools.mcp.forwarding import forwarded_headers
 from hatchway.engine.tools.mcp.naming import namespaced_name
 from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
 from hatchway.engine.tools.mcp.pool import connection_key
+from hatchway.engine.tools.payloads import parse_arguments
 from hatchway.errors import HatchwayError, ToolTimeout
 from hatchway.store.cache import Cache
 
@@ -67,7 +68,7 @@ class McpToolset(Toolset):
             return ToolResult.error("unknown_tool", f"No tool named '{call.name}' is available.")
         server, tool = route
         meta: dict[str, Any] = {"server": server.id, "tool": tool}
-        arguments = _arguments(call.arguments)
+        arguments = parse_arguments(call.arguments)
         if arguments is None:
             return ToolResult.error(
                 "invalid_arguments",
@@ -113,16 +114,6 @@ class McpToolset(Toolset):
         ]
         digest = hashlib.sha256(orjson.dumps(material, option=orjson.OPT_SORT_KEYS)).hexdigest()
         return f"mcp:tool-result:{digest}"
-
-
-def _arguments(raw: str) -> dict[str, Any] | None:
-    if not raw.strip():
-        return {}
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def _schema(tool: Any) -> dict[str, Any]:

@@ -106,14 +106,6 @@ def _instructions(op: OperationRecord) -> str:
     return "Nothing was executed; tell the user why."
 
 
-def direct_output(tool: str, verdict: dict[str, Any]) -> str:
-    """Summary of a read-only call that ran without an operation record."""
-    items = [_compact_item(i) for i in verdict.get("items", [])]
-    return _dumps(
-        {"tool": tool, "verdict": verdict.get("status"), "items": items, "source": verdict.get("source")}
-    )
-
-
 def preamble_items(op: OperationRecord) -> list[Item]:
     """The operation as a call and its output, for the model's next turn (after a yes/no reply).
 

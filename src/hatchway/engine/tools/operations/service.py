@@ -245,7 +245,7 @@ class OperationService:
             target, target_tool.description, resolved, answer
         )
         expires = self.store.clock() + timedelta(seconds=self.settings.confirmation_ttl_seconds)
-        # Superseded meanwhile, the step says CANCELLED; otherwise it asks the user ``message``.
+        # Superseded meanwhile, the result says CANCELLED; otherwise it asks the user ``message``.
         await self.store.await_confirmation(op, confirmation_message=message, expires_at=expires, **frozen)
         return await self._current_result(op.id)
 
@@ -373,7 +373,7 @@ class OperationService:
 
 
 def result_of(op: OperationRecord) -> OperationResult:
-    """The step an operation's current state means for the model."""
+    """What an operation's current state means for the model."""
     kind = _STEP_OF_STATUS.get(op.state, ResultKind.FAILED)
     failed = kind in (
         ResultKind.FAILED,

@@ -64,10 +64,10 @@ class OperationToolset(Toolset):
                     tool=call.name,
                     operation_id=self._asking,
                 )
-            step = await self._call(call, ctx)
-            if step.kind is ResultKind.NEEDS_CONFIRMATION and step.operation is not None:
-                self._asking = step.operation.id
-        return self._result(call, step)
+            result = await self._call(call, ctx)
+            if result.kind is ResultKind.NEEDS_CONFIRMATION and result.operation is not None:
+                self._asking = result.operation.id
+        return self._result(call, result)
 
     async def before_run(self, items: list[Item], ctx: RunContext) -> RunPreamble | None:
         last = items[-1] if items else None
@@ -83,17 +83,18 @@ class OperationToolset(Toolset):
     async def _call(self, call: FunctionCall, ctx: RunContext) -> OperationResult:
         return await self.service.call(call.name, call.arguments, ctx, self.caller, call_id=call.call_id)
 
-    def _result(self, call: FunctionCall, step: OperationResult) -> ToolResult:
-        """The step as the loop takes it; ``meta`` (operation id, status, verdict) goes to the run log."""
-        meta: dict[str, Any] = {"server": self.service.server_of(call.name), "tool": call.name, **step.meta}
-        op = step.operation
+    def _result(self, call: FunctionCall, result: OperationResult) -> ToolResult:
+        """The call's result as the loop takes it; ``meta`` (operation id, status, verdict) goes to the
+        run log."""
+        meta: dict[str, Any] = {"server": self.service.server_of(call.name), "tool": call.name, **result.meta}
+        op = result.operation
         if op is not None and op.verdict:
             meta["verdict"] = op.verdict.get("status")
-        meta["outcome"] = "error" if "error_code" in meta else step.kind.value
+        meta["outcome"] = "error" if "error_code" in meta else result.kind.value
         interrupt = None
-        if step.kind is ResultKind.NEEDS_CONFIRMATION and op is not None:
+        if result.kind is ResultKind.NEEDS_CONFIRMATION and op is not None:
             interrupt = Interruption(
-                message=step.question or op.confirmation_message or "",
+                message=result.question or op.confirmation_message or "",
                 data={"operation_id": op.id, "tool": op.tool, "arguments_digest": op.arguments_digest},
             )
-        return ToolResult(output=step.output, is_error=step.is_error, meta=meta, interrupt=interrupt)
+        return ToolResult(output=result.output, is_error=result.is_error, meta=meta, interrupt=interrupt)

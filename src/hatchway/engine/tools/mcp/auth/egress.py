@@ -1,17 +1,12 @@
-"""Egress for hosts named by untrusted (inline) plugins: public addresses only, pinned for the connection.
-
-The host is resolved once, every address it resolves to must be public, and the request then goes
-to that checked address (TLS still verifies the certificate for the host name, via SNI). Resolving
-again at connect time would let a DNS answer that changes between the check and the connection
-(DNS rebinding) reach loopback, private or cloud-metadata addresses.
-"""
+"""The token endpoints of untrusted (inline) plugins under the egress rule (``mcp/egress.py``): the
+request goes to the checked address (TLS still verifies the certificate for the host name, via SNI)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hatchway.engine.tools.mcp.egress import IpAddress, forbidden_reason, resolve_host
+from hatchway.engine.tools.mcp.egress import EgressRefused, public_address
 from hatchway.errors import McpAuthError
 
 if TYPE_CHECKING:  # only named in annotations; the serving process imports httpx on first use
@@ -31,28 +26,19 @@ class PinnedAddress:
         return url.copy_with(host=self.ip), {"Host": host_header}, {"sni_hostname": self.host}
 
 
-def is_public(ip: IpAddress) -> bool:
-    """False for loopback, private, link-local (cloud metadata), shared, reserved and multicast.
-
-    The same rule as the MCP connections of inline plugins (``engine/tools/mcp/egress.py``).
-    """
-    return forbidden_reason(ip) is None
-
-
 async def pin_public_address(url: httpx.URL, *, what: str) -> PinnedAddress:
-    """Resolve ``url``'s host; McpAuthError unless every address is public."""
+    """Resolve ``url``'s host under the egress rule (``public_address``); McpAuthError if refused."""
     host = url.host
     port = url.port or (443 if url.scheme == "https" else 80)
     try:
-        addresses = await resolve_host(host, port)
+        address = await public_address(host, port)
     except OSError as exc:
         raise McpAuthError(f"{what}: cannot resolve host '{host}' ({exc.strerror or exc})") from None
-    blocked = [str(a) for a in addresses if not is_public(a)]
-    if not addresses or blocked:
+    except EgressRefused as refused:
         raise McpAuthError(
-            f"{what}: host '{host}' resolves to a non-public address ({', '.join(blocked) or 'none'}); "
+            f"{what}: host '{host}' resolves to a non-public address ({refused.address or 'none'}); "
             "plugins sent in a request may only reach public hosts unless hatchway.yaml sets "
             "allow_private_mcp_urls: true",
             code="egress_denied",
-        )
-    return PinnedAddress(host, str(addresses[0]))
+        ) from None
+    return PinnedAddress(host, str(address))
