@@ -10,7 +10,6 @@ their arguments.
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
@@ -89,7 +88,7 @@ class McpServerReport:
             return {"reachable": None, "tools": _names(cached) if cached is not None else None, "error": None}
         from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient  # the MCP SDK: see pool.py
 
-        ctx = RunContext(principal=principal, deadline=time.monotonic() + PROBE_SECONDS)
+        ctx = RunContext.from_headers(principal, {}, deadline_seconds=PROBE_SECONDS)
         client = PluginMcpClient(
             PluginConfig(version="1", mcp_servers=[server]),
             trusted=True,

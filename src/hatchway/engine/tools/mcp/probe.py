@@ -8,7 +8,6 @@ over the vault or over values given to the CLI), timeouts and retries a run gets
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,9 +46,7 @@ class ToolCall:
 
 def probe_context(org_id: str = PROBE_ORG, org_name: str = PROBE_ORG, *, timeout: float) -> RunContext:
     """A run context for a probe: its organisation (whose vault is read) and its time limit."""
-    return RunContext(
-        principal=Principal(org_id=org_id, org_name=org_name), deadline=time.monotonic() + timeout
-    )
+    return RunContext.from_headers(Principal(org_id=org_id, org_name=org_name), {}, deadline_seconds=timeout)
 
 
 async def probe_server(
