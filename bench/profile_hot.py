@@ -149,7 +149,7 @@ def main() -> None:
         key = asyncio.run(bench_key(db_url))
         paths = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, str(ROOT)])}  # another checkout first
-        upstream = [python(), str(ROOT / "bench" / "upstream.py"), "--port", str(up_port)]
+        upstream = [python(), "-m", "bench.upstream", "--port", str(up_port)]
         upstream += ["--latency-ms", str(args.latency_ms)]
         gateway = [python(), "-m", "hatchway", "serve", "--config", str(config), "--port", str(gw_port)]
         gateway += ["--log-level", "warning"]
@@ -158,10 +158,10 @@ def main() -> None:
         if args.wrap:
             gateway = [python(), str(Path(args.wrap).resolve()), *gateway[3:]]
         if args.floor:
-            floor = args.wrap or str(ROOT / "bench" / "profile_floor.py")
-            gateway = [python(), floor, "--port", str(gw_port), "--client", args.floor_client]
+            floor = [str(Path(args.wrap).resolve())] if args.wrap else ["-m", "bench.profile_floor"]
+            gateway = [python(), *floor, "--port", str(gw_port), "--client", args.floor_client]
             gateway += ["--upstream", f"http://127.0.0.1:{up_port}/v1"]
-        with process(upstream, env=env):
+        with process(upstream, cwd=ROOT, env=env):
             wait_http(f"http://127.0.0.1:{up_port}/")
             started = time.monotonic()
             with process(gateway, cwd=tmp, env=env) as gw:

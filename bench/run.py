@@ -1,6 +1,6 @@
 """`make bench`: Hatchway vs direct vs LiteLLM's proxy, side by side, in one run (issue 8).
 
-    python bench/run.py [--quick] [--skip-litellm] [--seconds 8] [--rate 50] [--no-extras]
+    python -m bench.run [--quick] [--skip-litellm] [--seconds 8] [--rate 50] [--no-extras]
 
 Starts on loopback a fixed-latency upstream (measured alone first), `hatchway serve` (1 worker,
 SQLite in a temp dir) and LiteLLM's proxy (1 worker, from its own venv bench/.litellm-venv, made
@@ -34,8 +34,6 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
 from bench import agentic, http_clients, idle, report
 from bench.load import Target, ensure_wrk, open_loop, wrk
@@ -246,7 +244,7 @@ def _command() -> str:
     args = shlex.join(sys.argv[1:])
     if os.environ.get("MAKELEVEL"):
         return f"make bench BENCH_ARGS='{args}'" if args else "make bench"
-    return shlex.join(["python", "bench/run.py", *sys.argv[1:]])
+    return shlex.join(["python", "-m", "bench.run", *sys.argv[1:]])
 
 
 def main() -> None:

@@ -137,23 +137,37 @@ def _wait_up(server: Server, health: str, timeout: float) -> None:
 
 def start_upstream(stack: Stack, name: str, latency_ms: float) -> Server:
     port = free_port()
-    args = [sys.executable, str(BENCH / "upstream.py"), "--port", str(port), "--latency-ms", str(latency_ms)]
-    return stack.start(name, args, port=port, health="/")
+    args = [sys.executable, "-m", "bench.upstream", "--port", str(port), "--latency-ms", str(latency_ms)]
+    return stack.start(name, args, port=port, health="/", cwd=ROOT)
 
 
 def start_rounds_upstream(stack: Stack, latency_ms: float, child_latency_ms: float) -> Server:
     port = free_port()
-    script = str(BENCH / "rounds_upstream.py")
-    args = [sys.executable, script, "--port", str(port), "--latency-ms", str(latency_ms)]
+    args = [
+        sys.executable,
+        "-m",
+        "bench.rounds_upstream",
+        "--port",
+        str(port),
+        "--latency-ms",
+        str(latency_ms),
+    ]
     args += ["--child-latency-ms", str(child_latency_ms)]
-    return stack.start("rounds-upstream", args, port=port, health="/")
+    return stack.start("rounds-upstream", args, port=port, health="/", cwd=ROOT)
 
 
 def start_mcp_tool(stack: Stack, name: str, latency_ms: float) -> Server:
     port = free_port()
-    script = str(BENCH / "mcp_tool_server.py")
-    args = [sys.executable, script, "--port", str(port), "--latency-ms", str(latency_ms)]
-    return stack.start(name, args, port=port, health="/mcp")
+    args = [
+        sys.executable,
+        "-m",
+        "bench.mcp_tool_server",
+        "--port",
+        str(port),
+        "--latency-ms",
+        str(latency_ms),
+    ]
+    return stack.start(name, args, port=port, health="/mcp", cwd=ROOT)
 
 
 # -- Hatchway -------------------------------------------------------------------------------------
