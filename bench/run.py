@@ -1,4 +1,5 @@
-"""`make bench`: Hatchway vs direct vs LiteLLM's proxy, side by side, in one run (issue 8).
+"""`make bench`: Hatchway vs direct vs LiteLLM's proxy, side by side, in one run, judged against
+the performance targets (``report.judge``).
 
     python -m bench.run [--quick] [--skip-litellm] [--seconds 8] [--rate 50] [--no-extras]
 
@@ -16,7 +17,8 @@ on first run) pointed at the same upstream, then measures:
 4. extras: httpx vs aiohttp vs the gateway's pool (bench/http_clients.py), observability overhead,
    replicas (with HATCHWAY_TEST_DATABASE_URL).
 
-Writes bench/results/<date-time>.json, .md and .png, prints the table and one line per target.
+Writes bench/results/<date-time>.json, .md and .png, prints the table and one PASS/FAIL line per
+performance target.
 """
 
 from __future__ import annotations
