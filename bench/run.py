@@ -251,7 +251,7 @@ def _command() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m bench.run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="short runs, for development")
     parser.add_argument("--skip-litellm", action="store_true", help="no LiteLLM (no venv needed)")
