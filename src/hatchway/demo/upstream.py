@@ -175,11 +175,13 @@ class ScriptedUpstream:
         models: Sequence[str] = (),
         responses: bool = False,
     ) -> None:
-        """Args:
-        decide: the request body → the ``Reply`` (or an awaitable of it).
-        model: the model every answer names (default: the request's ``model``).
-        models: served by ``GET /v1/models`` (none: that route is not served).
-        responses: also serve ``POST /v1/responses``.
+        """Answer every request with ``decide``'s reply.
+
+        Args:
+            decide: the request body → the ``Reply`` (or an awaitable of it).
+            model: the model every answer names (default: the request's ``model``).
+            models: listed by ``GET /v1/models`` (none: that route is not served).
+            responses: also serve ``POST /v1/responses``.
         """
         self.decide = decide
         self.model = model
