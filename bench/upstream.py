@@ -1,11 +1,11 @@
-"""A fixed-latency OpenAI-compatible upstream for benchmarks: one canned completion after exactly
-``--latency-ms``, whatever the request (streamed or not).
+"""A fixed-latency OpenAI-compatible upstream for benchmarks: one canned completion (JSON, even to a
+request that asks for a stream) after exactly ``--latency-ms``.
 
     python -m bench.upstream --port 9100 --latency-ms 20
 
 It is ``hatchway.demo.upstream.ScriptedUpstream`` (raw ASGI) with a ``decide`` that returns the same
-raw body every time: the completion is serialised once, so a request costs reading its body and
-one sleep, and the benchmark measures the gateways, not this.
+raw body every time: the completion is serialised once, so a request costs reading and parsing its
+body and one wait, and the benchmark measures the gateways, not this.
 """
 
 from __future__ import annotations

@@ -19,7 +19,6 @@ A reply can wait (``delay``, cut short when the caller hangs up, as a real upstr
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import itertools
 import json
@@ -251,14 +250,29 @@ async def _read_body(receive: Receive) -> bytes | None:
 async def _wait_unless_disconnected(receive: Receive, delay: float) -> bool:
     """Wait ``delay`` seconds; False as soon as the caller hangs up (a cancelled run upstream).
 
-    Once the body is read, ``receive`` only returns at a disconnect, so waiting on it under a timeout
-    costs what a plain sleep does (no task)."""
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(delay):
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            return False
-    return True
+    Once the body is read, ``receive`` only returns at a disconnect, so this waits on it and a timer
+    cancels the wait: no task. It is what ``asyncio.timeout`` does, written out: the context manager
+    costs ~2 µs more per request, a tenth of what the fixed-latency benchmark upstream spends."""
+    task = asyncio.current_task()
+    assert task is not None
+    cancelling, expired = task.cancelling(), False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        task.cancel()
+
+    timer = asyncio.get_running_loop().call_later(delay, expire)
+    try:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+    except asyncio.CancelledError:
+        if expired and task.uncancel() <= cancelling:
+            return True
+        raise
+    finally:
+        timer.cancel()
+    return False
 
 
 async def _send(send: Send, status: int, body: bytes) -> None:
