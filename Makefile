@@ -23,10 +23,10 @@ run: venv
 demo: venv
 	$(BIN)/python -m hatchway.demo $(DEMO_ARGS)
 
-# Hatchway vs direct vs LiteLLM (bench/run.py; LiteLLM gets its own venv under bench/ on first run).
+# Hatchway vs direct vs LiteLLM (bench/README.md; LiteLLM gets its own venv under bench/ on first run).
 bench: venv
 	@$(BIN)/python -c "import matplotlib, aiohttp" 2>/dev/null || $(BIN)/pip install --quiet -e '.[dev,bench]'
-	$(BIN)/python bench/run.py $(BENCH_ARGS)
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 lint: venv
 	$(BIN)/ruff check src tests bench

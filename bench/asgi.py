@@ -1,5 +1,4 @@
-"""The benchmarks' raw ASGI servers: their lifespan, and how they are served (no imports at the
-top: an upstream stays small)."""
+"""How the benchmarks' raw ASGI servers are served (no imports at the top: an upstream stays small)."""
 
 from __future__ import annotations
 
@@ -12,14 +11,3 @@ def serve(app: Any, port: int) -> None:
 
     options = {"log_level": "warning", "access_log": False, "loop": "uvloop", "http": "httptools"}
     uvicorn.run(app, host="127.0.0.1", port=port, **options)
-
-
-async def asgi_lifespan(receive, send) -> None:  # type: ignore[no-untyped-def]
-    """Answer an ASGI lifespan scope (the benchmarks' raw ASGI servers have nothing to start)."""
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return

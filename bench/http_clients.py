@@ -15,13 +15,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import resource
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
 BODY = b'{"model": "bench", "messages": [{"role": "user", "content": "ping"}]}'
 HEADERS = {"content-type": "application/json"}

@@ -22,14 +22,11 @@ import argparse
 import asyncio
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 
 import httpx
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
 from bench.common import ROOT, bench_key, free_port, process, python, sequential_latencies, summary, wait_http
 
@@ -90,7 +87,8 @@ def measure(requests: int, model_latency_ms: float, tool_latency_ms: float) -> d
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         upstream = [
             python(),
-            str(ROOT / "bench" / "rounds_upstream.py"),
+            "-m",
+            "bench.rounds_upstream",
             "--port",
             str(up_port),
             "--latency-ms",
@@ -98,7 +96,8 @@ def measure(requests: int, model_latency_ms: float, tool_latency_ms: float) -> d
         ]
         mcp = [
             python(),
-            str(ROOT / "bench" / "mcp_tool_server.py"),
+            "-m",
+            "bench.mcp_tool_server",
             "--port",
             str(mcp_port),
             "--latency-ms",
@@ -118,7 +117,11 @@ def measure(requests: int, model_latency_ms: float, tool_latency_ms: float) -> d
         ]
         headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
         url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
-        with process(upstream, env=env), process(mcp, env=env), process(gateway, cwd=tmp, env=env):
+        with (
+            process(upstream, cwd=ROOT, env=env),
+            process(mcp, cwd=ROOT, env=env),
+            process(gateway, cwd=tmp, env=env),
+        ):
             wait_http(f"http://127.0.0.1:{up_port}/")
             wait_http(f"http://127.0.0.1:{mcp_port}/mcp")
             wait_http(f"http://127.0.0.1:{gw_port}/healthz")

@@ -12,10 +12,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from opentelemetry.sdk.trace import TracerProvider
 from starlette.applications import Starlette

@@ -43,7 +43,8 @@ def measure(requests: int, latency_ms: float) -> dict[str, object]:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         upstream = [
             python(),
-            str(ROOT / "bench" / "upstream.py"),
+            "-m",
+            "bench.upstream",
             "--port",
             str(up_port),
             "--latency-ms",
@@ -61,7 +62,7 @@ def measure(requests: int, latency_ms: float) -> dict[str, object]:
             "--log-level",
             "warning",
         ]
-        with process(upstream, env=env), process(gateway, cwd=Path(tmp), env=env):
+        with process(upstream, cwd=ROOT, env=env), process(gateway, cwd=Path(tmp), env=env):
             wait_http(f"http://127.0.0.1:{up_port}/")
             wait_http(f"http://127.0.0.1:{gw_port}/healthz")
             direct = asyncio.run(

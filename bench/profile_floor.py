@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import argparse
 
-from bench.asgi import asgi_lifespan, serve
+from bench.asgi import serve
 from bench.http_clients import CLIENTS, Forward
+from hatchway.demo.upstream import answer_lifespan
 
 
 def proxy_app(upstream: str, client: str):  # type: ignore[no-untyped-def]
@@ -24,7 +25,7 @@ def proxy_app(upstream: str, client: str):  # type: ignore[no-untyped-def]
     async def app(scope, receive, send):  # type: ignore[no-untyped-def]
         nonlocal forward
         if scope["type"] == "lifespan":
-            await asgi_lifespan(receive, send)
+            await answer_lifespan(receive, send)
             return
         if forward is None:
             forward, _ = CLIENTS[client](upstream + "/chat/completions", 200)

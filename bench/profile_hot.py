@@ -5,6 +5,8 @@
 Starts the fixed-latency upstream and `hatchway serve` (one worker, optionally under `py-spy record`),
 then measures: c=1 added latency (httpx client, sequential, direct vs through), c=64 throughput and
 latency with wrk (if installed), and the serving process's peak RSS (VmHWM) and start-up time.
+With ``PYTHONPATH=<another checkout>/src`` the gateway measured is that checkout's (the upstream
+stays this one's), to compare two versions of the hot path on one machine.
 """
 
 from __future__ import annotations
@@ -149,7 +151,9 @@ def main() -> None:
         key = asyncio.run(bench_key(db_url))
         paths = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, str(ROOT)])}  # another checkout first
-        upstream = [python(), str(ROOT / "bench" / "upstream.py"), "--port", str(up_port)]
+        # The upstream is this checkout's whatever gateway is measured (it imports hatchway.demo.upstream).
+        own = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")])}
+        upstream = [python(), "-m", "bench.upstream", "--port", str(up_port)]
         upstream += ["--latency-ms", str(args.latency_ms)]
         gateway = [python(), "-m", "hatchway", "serve", "--config", str(config), "--port", str(gw_port)]
         gateway += ["--log-level", "warning"]
@@ -158,10 +162,10 @@ def main() -> None:
         if args.wrap:
             gateway = [python(), str(Path(args.wrap).resolve()), *gateway[3:]]
         if args.floor:
-            floor = args.wrap or str(ROOT / "bench" / "profile_floor.py")
-            gateway = [python(), floor, "--port", str(gw_port), "--client", args.floor_client]
+            floor = [str(Path(args.wrap).resolve())] if args.wrap else ["-m", "bench.profile_floor"]
+            gateway = [python(), *floor, "--port", str(gw_port), "--client", args.floor_client]
             gateway += ["--upstream", f"http://127.0.0.1:{up_port}/v1"]
-        with process(upstream, env=env):
+        with process(upstream, cwd=ROOT, env=own):
             wait_http(f"http://127.0.0.1:{up_port}/")
             started = time.monotonic()
             with process(gateway, cwd=tmp, env=env) as gw:

@@ -23,7 +23,6 @@ import asyncio
 import itertools
 import json
 import os
-import sys
 import tempfile
 import time
 import uuid
@@ -31,8 +30,6 @@ from pathlib import Path
 
 import aiohttp
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import ROOT, bench_key, free_port, passthrough_settings, process, python, summary, wait_http
 
@@ -110,7 +107,8 @@ def _measure(
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         upstream = [
             python(),
-            str(ROOT / "bench" / "upstream.py"),
+            "-m",
+            "bench.upstream",
             "--port",
             str(up),
             "--latency-ms",
@@ -121,7 +119,7 @@ def _measure(
             args = ["serve", "--config", str(config), "--port", str(port), "--log-level", "warning"]
             return [python(), "-m", "hatchway", *args]
 
-        with process(upstream, env=env):
+        with process(upstream, cwd=ROOT, env=env):
             wait_http(f"http://127.0.0.1:{up}/")
             with process(serve(port_a), cwd=Path(tmp), env=env):
                 wait_http(f"http://127.0.0.1:{port_a}/healthz")  # A first: it creates the master key

@@ -1,4 +1,4 @@
-"""The results of `make bench`: issue 8's targets judged, a Markdown report, PNG charts, JSON."""
+"""The results of `make bench`: the performance targets judged, a Markdown report, PNG charts, JSON."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ def _check(name: str, ok: bool | None, shown: str) -> dict[str, Any]:
 
 
 def judge(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """One line per target of issue 8; ``pass`` is None where it could not be measured."""
+    """One line per performance target (added latency, throughput and memory against LiteLLM, idle
+    gaps, the agent loop's overhead); ``pass`` is None where it could not be measured."""
     load, added, rss = results["load"], results["added"], results["rss_mib"]
     agentic, idle = results.get("agentic", {}), results.get("idle", {})
     hw, ll = load.get("hatchway", {}), load.get("litellm", {})
@@ -245,7 +246,7 @@ def markdown(results: dict[str, Any]) -> str:
         "same upstream for both; everything on loopback on this machine; "
         f"run took {results['duration_s']:.0f} s",
         "",
-        "## Targets (issue 8)",
+        "## Performance targets",
         "",
     ]
     for c in results["targets"]:

@@ -1,5 +1,5 @@
-"""A scripted OpenAI-compatible upstream for the agent-loop benchmarks (raw ASGI; chat completions
-and a minimal Responses API, for gateways that call that).
+"""A scripted OpenAI-compatible upstream for the agent-loop benchmarks: chat completions (streamed
+or not) and a minimal Responses API, for gateways that call that (LiteLLM does).
 
     python -m bench.rounds_upstream --port 9101 --latency-ms 20 [--child-latency-ms 500]
 
@@ -13,49 +13,21 @@ What it answers depends on the upstream model named in the request:
   ``--child-latency-ms`` (instead of ``--latency-ms``);
 - anything else: answered at once.
 
-Every other response waits exactly ``--latency-ms``, so model time is known exactly.
+Every other response waits exactly ``--latency-ms``, so model time is known exactly. It is
+``hatchway.demo.upstream.ScriptedUpstream`` (raw ASGI) with this script as its ``decide``.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 from dataclasses import dataclass
+from typing import Any
 
-from bench.asgi import asgi_lifespan, serve
+from bench.asgi import serve
+from hatchway.demo.upstream import Reply, ScriptedUpstream, ToolCall
 
-USAGE = {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}
-
-
-def _completion(message: dict, finish_reason: str) -> bytes:
-    return json.dumps(
-        {
-            "id": "chatcmpl-bench",
-            "object": "chat.completion",
-            "created": 1700000000,
-            "model": "bench-model",
-            "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
-            "usage": USAGE,
-        }
-    ).encode()
-
-
-def _response(output: list[dict]) -> bytes:
-    return json.dumps(
-        {
-            "id": "resp_bench",
-            "object": "response",
-            "created_at": 1700000000,
-            "status": "completed",
-            "model": "bench-model",
-            "output": output,
-            "parallel_tool_calls": True,
-            "tool_choice": "auto",
-            "tools": [],
-            "usage": {"input_tokens": 10, "output_tokens": 1, "total_tokens": 11},
-        }
-    ).encode()
+MODEL = "bench-model"
+TOKENS = {"prompt_tokens": 10, "completion_tokens": 1}
 
 
 @dataclass
@@ -66,12 +38,11 @@ class Turn:
     results: int
     last_user: str | None
     tool_names: list[str]
-    responses_api: bool
 
     @classmethod
-    def parse(cls, path: str, body: dict) -> Turn:
-        if path.endswith("/responses"):
-            items = body.get("input")
+    def parse(cls, body: dict[str, Any]) -> Turn:
+        if "input" in body:  # a Responses API request
+            items = body["input"]
             items = [{"role": "user", "content": items}] if isinstance(items, str) else items or []
             users = [i.get("content") for i in items if i.get("role") == "user"]
             return cls(
@@ -79,7 +50,6 @@ class Turn:
                 results=sum(1 for i in items if i.get("type") == "function_call_output"),
                 last_user=_text(users[-1]) if users else None,
                 tool_names=[t.get("name", "") for t in body.get("tools") or []],
-                responses_api=True,
             )
         messages = body.get("messages", [])
         users = [m.get("content") for m in messages if m.get("role") == "user"]
@@ -88,7 +58,6 @@ class Turn:
             results=sum(1 for m in messages if m.get("role") == "tool"),
             last_user=_text(users[-1]) if users else None,
             tool_names=[(t.get("function") or {}).get("name", "") for t in body.get("tools") or []],
-            responses_api=False,
         )
 
     def tool(self, suffix: str, prefer: str = "") -> str:
@@ -97,37 +66,12 @@ class Turn:
         names = [n for n in self.tool_names if n.endswith(suffix)]
         return next((n for n in names if n.startswith(prefer)), names[0] if names else f"bench__{suffix}")
 
-    def calls(self, name: str, arguments: list[str]) -> bytes:
-        ids = [f"call_{self.results}_{i}" for i in range(len(arguments))]
-        if self.responses_api:
-            return _response(
-                [
-                    {"type": "function_call", "id": f"fc_{c}", "call_id": c, "name": name, "arguments": a}
-                    | {"status": "completed"}
-                    for c, a in zip(ids, arguments, strict=True)
-                ]
-            )
-        calls = [
-            {"id": c, "type": "function", "function": {"name": name, "arguments": a}}
-            for c, a in zip(ids, arguments, strict=True)
-        ]
-        return _completion({"role": "assistant", "content": None, "tool_calls": calls}, "tool_calls")
+    def calls(self, name: str, arguments: list[dict[str, Any]], delay: float) -> Reply:
+        calls: list[ToolCall] = [(name, a, f"call_{self.results}_{i}") for i, a in enumerate(arguments)]
+        return Reply(tool_calls=calls, delay=delay, **TOKENS)
 
-    def answer(self) -> bytes:
-        if self.responses_api:
-            text = {"type": "output_text", "text": "ok", "annotations": []}
-            return _response(
-                [
-                    {
-                        "type": "message",
-                        "id": "msg_1",
-                        "role": "assistant",
-                        "status": "completed",
-                        "content": [text],
-                    }
-                ]
-            )
-        return _completion({"role": "assistant", "content": "ok"}, "stop")
+    def answer(self, delay: float) -> Reply:
+        return Reply("ok", delay=delay, **TOKENS)
 
 
 def _text(content: object) -> str | None:
@@ -141,51 +85,37 @@ def _count(model: str, prefix: str) -> int:
     return int(tail[1:]) if tail.startswith("-") else 1
 
 
-def reply_for(turn: Turn) -> tuple[bytes, bool]:
-    """The response body, and whether it is a subagent child's (answered after the child latency)."""
+def reply_for(turn: Turn, latency_s: float, child_latency_s: float) -> Reply:
+    """The script's reply; a subagent child's comes after the child latency, every other after the
+    model latency."""
     model = turn.model.split("/")[-1]
     if model.startswith("tools"):
-        wanted = _count(model, "tools")
-        return (
-            turn.calls(turn.tool("lookup"), ['{"q": "x"}']) if turn.results < wanted else turn.answer()
-        ), False
+        if turn.results < _count(model, "tools"):
+            return turn.calls(turn.tool("lookup"), [{"q": "x"}], latency_s)
+        return turn.answer(latency_s)
     if model.startswith("fanout"):
-        fan = [f'{{"q": "{i}"}}' for i in range(_count(model, "fanout"))]
-        return (
-            turn.calls(turn.tool("lookup", prefer="fan"), fan) if not turn.results else turn.answer()
-        ), False
+        if not turn.results:
+            fan = [{"q": str(i)} for i in range(_count(model, "fanout"))]
+            return turn.calls(turn.tool("lookup", prefer="fan"), fan, latency_s)
+        return turn.answer(latency_s)
     if model.startswith("subagents"):
-        if turn.last_user == "fan out":
-            tasks = [f'{{"task": "part {i}"}}' for i in range(_count(model, "subagents"))]
-            return (turn.calls("spawn_subagent", tasks) if not turn.results else turn.answer()), False
-        return turn.answer(), True
-    return turn.answer(), False
+        if turn.last_user != "fan out":
+            return turn.answer(child_latency_s)
+        if not turn.results:
+            tasks = [{"task": f"part {i}"} for i in range(_count(model, "subagents"))]
+            return turn.calls("spawn_subagent", tasks, latency_s)
+    return turn.answer(latency_s)
 
 
-def make_app(latency_s: float, child_latency_s: float = 0.5):  # type: ignore[no-untyped-def]
-    async def app(scope, receive, send):  # type: ignore[no-untyped-def]
-        if scope["type"] == "lifespan":
-            await asgi_lifespan(receive, send)
-            return
-        chunks, more = [], True
-        while more:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        raw = b"".join(chunks)
-        body, child = reply_for(Turn.parse(scope["path"], json.loads(raw) if raw else {}))
-        delay = child_latency_s if child else latency_s
-        if delay:
-            await asyncio.sleep(delay)
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+def make_app(latency_s: float, child_latency_s: float = 0.5) -> ScriptedUpstream:
+    def decide(body: dict[str, Any]) -> Reply:
+        return reply_for(Turn.parse(body), latency_s, child_latency_s)
 
-    return app
+    return ScriptedUpstream(decide, model=MODEL, responses=True)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description="A scripted upstream for the agent-loop benchmarks.")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--child-latency-ms", type=float, default=500.0)

@@ -1,6 +1,7 @@
-"""`make bench`: Hatchway vs direct vs LiteLLM's proxy, side by side, in one run (issue 8).
+"""`make bench`: Hatchway vs direct vs LiteLLM's proxy, side by side, in one run, judged against
+the performance targets (``report.judge``).
 
-    python bench/run.py [--quick] [--skip-litellm] [--seconds 8] [--rate 50] [--no-extras]
+    python -m bench.run [--quick] [--skip-litellm] [--seconds 8] [--rate 50] [--no-extras]
 
 Starts on loopback a fixed-latency upstream (measured alone first), `hatchway serve` (1 worker,
 SQLite in a temp dir) and LiteLLM's proxy (1 worker, from its own venv bench/.litellm-venv, made
@@ -16,7 +17,8 @@ on first run) pointed at the same upstream, then measures:
 4. extras: httpx vs aiohttp vs the gateway's pool (bench/http_clients.py), observability overhead,
    replicas (with HATCHWAY_TEST_DATABASE_URL).
 
-Writes bench/results/<date-time>.json, .md and .png, prints the table and one line per target.
+Writes bench/results/<date-time>.json, .md and .png, prints the table and one PASS/FAIL line per
+performance target.
 """
 
 from __future__ import annotations
@@ -34,8 +36,6 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
 from bench import agentic, http_clients, idle, report
 from bench.load import Target, ensure_wrk, open_loop, wrk
@@ -246,12 +246,12 @@ def _command() -> str:
     args = shlex.join(sys.argv[1:])
     if os.environ.get("MAKELEVEL"):
         return f"make bench BENCH_ARGS='{args}'" if args else "make bench"
-    return shlex.join(["python", "bench/run.py", *sys.argv[1:]])
+    return shlex.join(["python", "-m", "bench.run", *sys.argv[1:]])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m bench.run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="short runs, for development")
     parser.add_argument("--skip-litellm", action="store_true", help="no LiteLLM (no venv needed)")

@@ -135,25 +135,24 @@ def _wait_up(server: Server, health: str, timeout: float) -> None:
 # -- the fixed-latency upstreams and MCP tool servers ---------------------------------------------
 
 
-def start_upstream(stack: Stack, name: str, latency_ms: float) -> Server:
+def _start_bench_module(stack: Stack, name: str, module: str, options: list[str], health: str) -> Server:
+    """``python -m bench.<module> --port <free port> <options>``, from the checkout's root."""
     port = free_port()
-    args = [sys.executable, str(BENCH / "upstream.py"), "--port", str(port), "--latency-ms", str(latency_ms)]
-    return stack.start(name, args, port=port, health="/")
+    args = [sys.executable, "-m", f"bench.{module}", "--port", str(port), *options]
+    return stack.start(name, args, port=port, health=health, cwd=ROOT)
+
+
+def start_upstream(stack: Stack, name: str, latency_ms: float) -> Server:
+    return _start_bench_module(stack, name, "upstream", ["--latency-ms", str(latency_ms)], "/")
 
 
 def start_rounds_upstream(stack: Stack, latency_ms: float, child_latency_ms: float) -> Server:
-    port = free_port()
-    script = str(BENCH / "rounds_upstream.py")
-    args = [sys.executable, script, "--port", str(port), "--latency-ms", str(latency_ms)]
-    args += ["--child-latency-ms", str(child_latency_ms)]
-    return stack.start("rounds-upstream", args, port=port, health="/")
+    options = ["--latency-ms", str(latency_ms), "--child-latency-ms", str(child_latency_ms)]
+    return _start_bench_module(stack, "rounds-upstream", "rounds_upstream", options, "/")
 
 
 def start_mcp_tool(stack: Stack, name: str, latency_ms: float) -> Server:
-    port = free_port()
-    script = str(BENCH / "mcp_tool_server.py")
-    args = [sys.executable, script, "--port", str(port), "--latency-ms", str(latency_ms)]
-    return stack.start(name, args, port=port, health="/mcp")
+    return _start_bench_module(stack, name, "mcp_tool_server", ["--latency-ms", str(latency_ms)], "/mcp")
 
 
 # -- Hatchway -------------------------------------------------------------------------------------

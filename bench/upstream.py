@@ -1,48 +1,36 @@
-"""A fixed-latency OpenAI-compatible upstream for benchmarks: raw ASGI, canned body, no framework cost.
+"""A fixed-latency OpenAI-compatible upstream for benchmarks: one canned completion (JSON, even to a
+request that asks for a stream) after exactly ``--latency-ms``.
 
-python -m bench.upstream --port 9100 --latency-ms 20
+    python -m bench.upstream --port 9100 --latency-ms 20
+
+It is ``hatchway.demo.upstream.ScriptedUpstream`` (raw ASGI) with a ``decide`` that returns the same
+raw body every time: the completion is serialised once, so a request costs reading and parsing its
+body and one wait, and the benchmark measures the gateways, not this.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
+from typing import Any
 
-from bench.asgi import asgi_lifespan, serve
+from bench.asgi import serve
+from hatchway.demo.upstream import Reply, ScriptedUpstream, completion, json_bytes
 
-BODY = json.dumps(
-    {
-        "id": "chatcmpl-bench",
-        "object": "chat.completion",
-        "created": 1700000000,
-        "model": "bench-model",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11},
-    }
-).encode()
+MODEL = "bench-model"
+ANSWER = Reply("ok", prompt_tokens=10, completion_tokens=1)
 
 
-def make_app(latency_s: float):  # type: ignore[no-untyped-def]
-    async def app(scope, receive, send):  # type: ignore[no-untyped-def]
-        if scope["type"] == "lifespan":
-            await asgi_lifespan(receive, send)
-            return
-        more = True
-        while more:
-            message = await receive()
-            more = message.get("more_body", False)
-        if latency_s:
-            await asyncio.sleep(latency_s)
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(BODY)).encode())]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": BODY})
+def make_app(latency_s: float) -> ScriptedUpstream:
+    canned = Reply(raw_body=json_bytes(completion(ANSWER, MODEL)), delay=latency_s)
 
-    return app
+    def decide(_: dict[str, Any]) -> Reply:
+        return canned
+
+    return ScriptedUpstream(decide, model=MODEL)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description="A fixed-latency OpenAI-compatible upstream.")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--latency-ms", type=float, default=20.0)
     args = parser.parse_args()

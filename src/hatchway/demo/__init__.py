@@ -4,7 +4,9 @@ played with the official ``openai`` client, and a readable transcript.
 - ``runner`` — the entry point (``python -m hatchway.demo [--keep-running]``) and the report;
 - ``stack`` — what is started, in which order, and the generated hatchway.yaml;
 - ``stories`` — the three stories; ``transcript`` — how they print;
-- ``scripted_model`` and ``script`` — the deterministic stand-in for an LLM.
+- ``scripted_model`` and ``script`` — the deterministic stand-in for an LLM;
+- ``upstream`` — the scripted OpenAI-compatible upstream it answers with (the tests' ``ScriptedLLM``
+  and ``bench/``'s upstreams are the same app).
 """
 
 from typing import Any
