@@ -28,6 +28,12 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 @pytest.fixture
+def anyio_backend() -> str:
+    """``@pytest.mark.anyio`` tests run on asyncio only (anyio's default would add trio when installed)."""
+    return "asyncio"
+
+
+@pytest.fixture
 def llm() -> Iterator[ScriptedLLM]:
     server = ScriptedLLM().start()
     yield server

@@ -21,11 +21,6 @@ pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def _call(url: str, tool: str, arguments: dict[str, Any], **meta: Any) -> tuple[bool, Any]:
     async with Client(url, cache=None) as client:
         result = await client.call_tool(tool, arguments, meta=meta or None)  # type: ignore[arg-type]

@@ -14,11 +14,6 @@ pytestmark = pytest.mark.anyio
 REDIS_URL = os.environ.get("HATCHWAY_TEST_REDIS_URL")
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
 async def cache(request: pytest.FixtureRequest):
     if request.param == "memory":

@@ -18,11 +18,6 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 async def db(database_url: str):
     database = Database(database_url)
     await database.migrate()

@@ -15,11 +15,6 @@ EXAMPLE_AGENT = Path(__file__).resolve().parents[3] / "examples" / "agents" / "c
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 async def db(database_url: str) -> AsyncIterator[Database]:
     database = Database(database_url)
     await database.migrate()

@@ -32,11 +32,6 @@ CLIENT_ID = "hatchway agent+1"  # a space and a '+' check the form-urlencoding o
 SECRET_NAME = "mcp_oauth_client_secret"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class Clock:
     """Wall-clock stand-in the test moves forward by hand."""
 

@@ -23,11 +23,6 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 async def pool() -> AsyncIterator[McpServerPool]:
     pool = McpServerPool()
     yield pool

@@ -30,11 +30,6 @@ from tests.support.token_endpoint import IssuedTokens, TokenEndpoint
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class Clock:
     def __init__(self) -> None:
         self.now = 1_700_000_000.0

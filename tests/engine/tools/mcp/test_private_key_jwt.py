@@ -28,11 +28,6 @@ CLIENT_ID = "hatchway-machine-client"
 KEY_NAME = "mcp_signing_key"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def key_pair(kind: str) -> tuple[str, str]:
     """(private PEM, public PEM) for an EC P-256 or an RSA-2048 key."""
     key = ec.generate_private_key(ec.SECP256R1()) if kind == "ec" else rsa.generate_private_key(65537, 2048)

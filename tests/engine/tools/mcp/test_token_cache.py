@@ -23,11 +23,6 @@ REDIS_URL = os.environ.get("HATCHWAY_TEST_REDIS_URL")
 WAITING = "another replica is fetching it"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
 async def shared(request: pytest.FixtureRequest) -> AsyncIterator[Cache]:
     if request.param == "memory":

@@ -31,11 +31,6 @@ CODE = server(
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 async def vault(tmp_path: Path, secret_scanner: SecretScanner):
     url = f"sqlite+aiosqlite:///{tmp_path / 'vault.db'}"
     db = Database(url)
