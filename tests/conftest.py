@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from hatchway.store.db import Database
 from tests.support.contas import RunningContas
 from tests.support.gateway import RunningGateway, base_config, write_config
 from tests.support.leak_scanner import secret_scanner  # noqa: F401  (fixture: scans for leaked secret values)
@@ -70,6 +71,25 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite+aiosqlite:///{tmp_path / 'hatchway.db'}"
     return request.getfixturevalue("pg_database_url")
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[Database]:
+    """A migrated ``Database`` on each backend of ``database_url`` (for ``@pytest.mark.anyio`` tests)."""
+    database = Database(database_url)
+    await database.migrate()
+    await database.migrate()  # idempotent: a second start applies nothing
+    yield database
+    await database.close()
+
+
+@pytest.fixture
+async def sqlite_db(tmp_path: Path) -> AsyncIterator[Database]:
+    """A migrated ``Database`` on SQLite only, for tests whose subject is not the storage."""
+    database = Database(f"sqlite+aiosqlite:///{tmp_path / 'sqlite.db'}")
+    await database.migrate()
+    yield database
+    await database.close()
 
 
 GatewayFactory = Callable[..., RunningGateway]

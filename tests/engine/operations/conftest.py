@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from hatchway.config.agent_files import AgentTools, agent_files_in, load_agent_tools
 from hatchway.engine.context import Principal, RunContext
-from hatchway.store.db import Database
 
 EXAMPLE_AGENT = Path(__file__).resolve().parents[3] / "examples" / "agents" / "contas"
-
-
-@pytest.fixture
-async def db(database_url: str) -> AsyncIterator[Database]:
-    database = Database(database_url)
-    await database.migrate()
-    yield database
-    await database.close()
 
 
 @pytest.fixture

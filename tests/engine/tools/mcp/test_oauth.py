@@ -69,13 +69,10 @@ class Setup:
 
 
 @pytest.fixture
-async def setup(secret_scanner: SecretScanner, tmp_path: Path):
+async def setup(secret_scanner: SecretScanner, tmp_path: Path, sqlite_db: Database):
     endpoint = TokenServer(tmp_path).start()
-    url = f"sqlite+aiosqlite:///{tmp_path / 'vault.db'}"
-    db = Database(url)
-    await db.migrate()
-    vault = Vault(db, MasterKey.generate("test"))
-    org = (await OrgStore(db).create_org(f"org-{uuid.uuid4().hex[:8]}")).id
+    vault = Vault(sqlite_db, MasterKey.generate("test"))
+    org = (await OrgStore(sqlite_db).create_org(f"org-{uuid.uuid4().hex[:8]}")).id
     client_secret = f"cs:{uuid.uuid4().hex}/+="  # characters Basic auth must form-encode
     await vault.put(org, SECRET_NAME, client_secret, ["localhost", "mcp.example.com"])
     billing = server(
@@ -88,10 +85,9 @@ async def setup(secret_scanner: SecretScanner, tmp_path: Path):
         scopes=["b.read", "b.write"],
     )
     secret_scanner.watch(client_secret)
-    secret_scanner.watch_database(url)
+    secret_scanner.watch_database(sqlite_db.url)
     yield Setup(endpoint, vault, org, client_secret, billing, Clock())
     endpoint.stop()
-    await db.close()
     secret_scanner.watch(*endpoint.issued)
 
 

@@ -73,19 +73,19 @@ class Bench:
 
 @pytest.fixture
 async def bench(
-    secret_scanner: SecretScanner, tmp_path: Path, mcp_server_factory: Callable[..., McpTestServer]
+    secret_scanner: SecretScanner,
+    tmp_path: Path,
+    mcp_server_factory: Callable[..., McpTestServer],
+    sqlite_db: Database,
 ) -> AsyncIterator[Bench]:
     idp = TokenEndpoint(tmp_path).start()
     billing = mcp_server_factory("billing", token_verifier=IssuedTokens(idp))
-    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'vault.db'}")
-    await db.migrate()
-    vault = Vault(db, MasterKey.generate("test"))
-    org = (await OrgStore(db).create_org(f"org-{uuid.uuid4().hex[:8]}")).id
+    vault = Vault(sqlite_db, MasterKey.generate("test"))
+    org = (await OrgStore(sqlite_db).create_org(f"org-{uuid.uuid4().hex[:8]}")).id
     client_secret = f"cs-{uuid.uuid4().hex}"
     secret_scanner.watch(client_secret)
     await vault.put(org, "billing_client_secret", client_secret)
     yield Bench(idp, billing, vault, org, Clock())
-    await db.close()
     idp.stop()
     secret_scanner.watch(*idp.issued)
 
