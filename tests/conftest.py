@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import os
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -12,14 +9,12 @@ from typing import Any
 import pytest
 
 from hatchway.store.db import Database
+from tests.support.backends import PG_URL, REDIS_URL, fresh_pg_database
 from tests.support.contas import RunningContas
 from tests.support.gateway import RunningGateway, base_config, write_config
 from tests.support.leak_scanner import secret_scanner  # noqa: F401  (fixture: scans for leaked secret values)
 from tests.support.mcp_servers import McpTestServer
 from tests.support.scripted_llm import ScriptedLLM
-
-PG_URL = os.environ.get("HATCHWAY_TEST_DATABASE_URL")
-REDIS_URL = os.environ.get("HATCHWAY_TEST_REDIS_URL")
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -41,28 +36,11 @@ def llm() -> Iterator[ScriptedLLM]:
     server.stop()
 
 
-async def _pg_admin(sql: str) -> None:
-    import asyncpg
-
-    assert PG_URL is not None
-    dsn = PG_URL.replace("postgresql+asyncpg://", "postgresql://")
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
-
-
 @pytest.fixture(scope="session")
 def pg_database_url() -> Iterator[str]:
     """A fresh PostgreSQL database for this test session (dropped at the end)."""
-    if not PG_URL:
-        pytest.skip("PostgreSQL not configured: set HATCHWAY_TEST_DATABASE_URL")
-    name = f"hatchway_t_{uuid.uuid4().hex[:10]}"
-    asyncio.run(_pg_admin(f'CREATE DATABASE "{name}"'))
-    base, _, _ = PG_URL.rpartition("/")
-    yield f"{base}/{name}"
-    asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    with fresh_pg_database("hatchway_t") as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

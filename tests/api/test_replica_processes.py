@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +28,7 @@ from hatchway.engine.tools.operations.service import OperationService
 from hatchway.engine.tools.operations.store import OperationStore
 from hatchway.store.db import Database
 from tests.support.agent_loop import USER, rounds, summarise, tool_steps
+from tests.support.backends import PG_URL, REDIS_URL
 from tests.support.contas import RunningContas
 from tests.support.gateway import OrgKey, create_org_key
 from tests.support.mcp_servers import McpTestServer
@@ -43,8 +43,6 @@ from tests.support.replicas import (
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.token_endpoint import IssuedTokens, TokenEndpoint
 
-PG_URL = os.environ.get("HATCHWAY_TEST_DATABASE_URL")
-REDIS_URL = os.environ.get("HATCHWAY_TEST_REDIS_URL") or ""
 EXAMPLE_AGENT = Path(__file__).resolve().parents[2] / "examples" / "agents" / "contas"
 ABC = {"subject": "Produto A, Produto B e Produto C"}
 CLIENT_SECRET = "cs:replicas/+=9f86d081884c7d659a2feaa0c55ad015"

@@ -6,7 +6,6 @@ The same with separate processes and ``hatchway worker``: tests/jobs/test_worker
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -16,6 +15,7 @@ import pytest
 
 from tests.api.test_responses_background import poll
 from tests.support.agent_loop import inline, rounds, summarise
+from tests.support.backends import REDIS_URL
 from tests.support.gateway import RunningGateway
 from tests.support.leak_scanner import SecretScanner
 from tests.support.mcp_servers import McpTestServer
@@ -23,7 +23,6 @@ from tests.support.replicas import purge_redis, unique_redis_prefix
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.servers import wait_until
 
-REDIS_URL = os.environ.get("HATCHWAY_TEST_REDIS_URL") or ""
 pytestmark = [
     pytest.mark.postgres,
     pytest.mark.redis,

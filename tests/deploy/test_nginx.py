@@ -20,6 +20,7 @@ import openai
 import pytest
 
 from hatchway.config.settings import load_settings
+from tests.support.backends import PG_URL, REDIS_URL
 from tests.support.gateway import OrgKey, create_org_key
 from tests.support.replicas import Replicas, free_port, purge_redis, replica_config, unique_redis_prefix
 from tests.support.scripted_llm import Reply, ScriptedLLM
@@ -27,8 +28,6 @@ from tests.support.servers import wait_until
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
-PG_URL = os.environ.get("HATCHWAY_TEST_DATABASE_URL")
-REDIS_URL = os.environ.get("HATCHWAY_TEST_REDIS_URL") or ""
 needs_nginx = pytest.mark.skipif(
     not os.path.exists(NGINX), reason="nginx not installed (apt-get install nginx-light)"
 )

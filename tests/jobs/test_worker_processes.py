@@ -10,7 +10,6 @@ that had started is never run again — its lease lapses and it ends ``failed``.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from saq.job import Job, Status
 from saq.queue.redis import RedisQueue
 from saq.utils import now
 
+from tests.support.backends import PG_URL, REDIS_URL
 from tests.support.gateway import OrgKey, create_org_key
 from tests.support.replicas import (
     HatchwayProcess,
@@ -34,8 +34,6 @@ from tests.support.replicas import (
 )
 from tests.support.scripted_llm import Reply, ScriptedLLM
 
-PG_URL = os.environ.get("HATCHWAY_TEST_DATABASE_URL")
-REDIS_URL = os.environ.get("HATCHWAY_TEST_REDIS_URL") or ""
 pytestmark = [
     pytest.mark.postgres,
     pytest.mark.redis,
