@@ -21,7 +21,7 @@ import pytest
 from tests.support.contas import RunningContas, contas_model
 from tests.support.gateway import RunningGateway, base_config, create_org_key, write_config
 from tests.support.scripted_llm import Reply, ScriptedLLM
-from tests.support.servers import wait_until
+from tests.support.servers import answers_healthz, free_port, wait_until
 
 ASK = "cancele Produto A, Produto B e Produto C"
 QUESTION = "Você confirma o cancelamento de Produto A, Produto B e Produto C?"
@@ -255,7 +255,7 @@ def test_a_crash_during_execution_is_interrupted_and_never_rerun(
     path = write_config(
         tmp_path, base_config(tmp_path, llm.base_url, database_url, agents=[agent]), "crash.yaml"
     )
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -274,7 +274,11 @@ def test_a_crash_during_execution_is_interrupted_and_never_rerun(
     doomed = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=org.key, max_retries=0, timeout=30)
     contas.backend.gate = threading.Event()
     try:
-        wait_until(lambda: _up(port), timeout=20, message="the gateway process to start")
+        wait_until(
+            lambda: answers_healthz(f"http://127.0.0.1:{port}"),
+            timeout=20,
+            message="the gateway process to start",
+        )
         headers = {"hatchway-session": "conv-1"}
         asked = doomed.chat.completions.with_raw_response.create(
             model="agent:contas", messages=TURN_1[:1], extra_headers=headers
@@ -320,18 +324,3 @@ def _log(gw: RunningGateway, log_id: str) -> dict[str, Any] | None:
 
 def _operations(gw: RunningGateway) -> list[dict[str, Any]]:
     return http(gw, "GET", "/v1/operations").json()["data"]
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _up(port: int) -> bool:
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False

@@ -11,7 +11,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.support.servers import wait_until
+from tests.support.servers import free_port, wait_until
 
 HATCHWAY = [sys.executable, "-m", "hatchway"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,11 +74,7 @@ def test_missing_config_file_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_serve_with_the_example_config_answers_healthz(tmp_path: Path) -> None:
     """What `make run` does: serve examples/hatchway.yaml with state under ./.hatchway/."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen(
         [*HATCHWAY, "serve", "--config", str(ROOT / "examples" / "hatchway.yaml"), "--port", str(port)],
         cwd=tmp_path,

@@ -22,9 +22,9 @@ import pytest
 from hatchway.config.settings import load_settings
 from tests.support.backends import PG_URL, REDIS_URL
 from tests.support.gateway import OrgKey, create_org_key
-from tests.support.replicas import Replicas, free_port, purge_redis, replica_config, unique_redis_prefix
+from tests.support.replicas import Replicas, purge_redis, replica_config, unique_redis_prefix
 from tests.support.scripted_llm import Reply, ScriptedLLM
-from tests.support.servers import wait_until
+from tests.support.servers import answers_healthz, free_port, wait_until
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
@@ -109,7 +109,7 @@ def test_two_replicas_and_a_worker_behind_nginx(
         run, main = nginx_files(tmp_path, listen, [a.port, b.port])
         nginx = subprocess.Popen([NGINX, "-p", str(run), "-c", str(main), "-e", "stderr"], stderr=nginx_log)
         front = f"http://127.0.0.1:{listen}"
-        wait_until(lambda: _up(front), timeout=20, interval=0.1, message="nginx to answer")
+        wait_until(lambda: answers_healthz(front), timeout=20, interval=0.1, message="nginx to answer")
         org: OrgKey = asyncio.run(create_org_key(pg_database_url))
         client = openai.OpenAI(base_url=f"{front}/v1", api_key=org.key, max_retries=0, timeout=60)
         upstream.default = Reply(text="through the balancer, in several chunks")
@@ -146,10 +146,3 @@ def test_two_replicas_and_a_worker_behind_nginx(
         nginx_log.close()
         replicas.stop()
         purge_redis(REDIS_URL, prefix)
-
-
-def _up(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
-    except httpx.TransportError:
-        return False
