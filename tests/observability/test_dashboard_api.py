@@ -10,7 +10,7 @@ import httpx
 
 from hatchway.config.plugin import McpServerConfig
 from hatchway.observability.mcp_status import public_location
-from tests.api.test_chat_mcp_loop import rounds, summarise, write_plugin
+from tests.support.agent_loop import rounds, summarise, write_plugin
 from tests.support.gateway import RunningGateway
 from tests.support.leak_scanner import SecretScanner
 from tests.support.mcp_servers import McpTestServer

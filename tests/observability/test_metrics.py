@@ -9,13 +9,11 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.api.test_chat_mcp_loop import rounds, rule_for, summarise
+from tests.support.agent_loop import USER, rounds, rule_for, summarise
 from tests.support.gateway import RunningGateway
 from tests.support.mcp_servers import McpTestServer
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.servers import wait_until
-
-USER = [{"role": "user", "content": "go"}]
 
 
 def scrape(gateway: RunningGateway) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:

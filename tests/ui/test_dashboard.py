@@ -14,7 +14,7 @@ import pytest
 from hatchway.config.agent_files import agent_files_in, load_agent_tools
 from hatchway.engine.context import Principal, RunContext
 from hatchway.engine.tools.operations.service import OperationService
-from tests.api.test_chat_mcp_loop import rounds, rule_for, summarise
+from tests.support.agent_loop import rounds, rule_for, summarise
 from tests.support.browser import Dashboard
 from tests.support.contas import RunningContas
 from tests.support.gateway import RunningGateway
