@@ -13,18 +13,10 @@ import httpx
 import openai
 import pytest
 
-from tests.api.test_responses_stream import raw_events
 from tests.support.gateway import base_config, write_config
+from tests.support.responses_api import poll, raw_events
 from tests.support.scripted_llm import ScriptedLLM
 from tests.support.servers import answers_healthz, free_port, wait_until
-
-
-def poll(client: openai.OpenAI, response_id: str, statuses: tuple[str, ...], timeout: float = 10.0):
-    def reached():
-        current = client.responses.retrieve(response_id)
-        return current if current.status in statuses else None
-
-    return wait_until(reached, timeout=timeout, message=f"{response_id} to reach {statuses}")
 
 
 def test_background_response_is_queued_then_completes(gateway, llm: ScriptedLLM) -> None:

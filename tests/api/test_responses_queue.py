@@ -13,13 +13,13 @@ import httpx
 import openai
 import pytest
 
-from tests.api.test_responses_background import poll
 from tests.support.agent_loop import inline, rounds, summarise
 from tests.support.backends import REDIS_URL
 from tests.support.gateway import RunningGateway
 from tests.support.leak_scanner import SecretScanner
 from tests.support.mcp_servers import McpTestServer
 from tests.support.replicas import purge_redis, unique_redis_prefix
+from tests.support.responses_api import poll
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.servers import wait_until
 

@@ -21,13 +21,13 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from websockets.sync.client import connect
 
-from tests.api.test_responses_background import poll
 from tests.observability.test_metrics import scrape, value
 from tests.support.agent_loop import USER, rounds, rule_for, summarise
 from tests.support.backends import REDIS_URL
 from tests.support.gateway import RunningGateway
 from tests.support.mcp_servers import McpTestServer
 from tests.support.replicas import purge_redis, unique_redis_prefix
+from tests.support.responses_api import poll
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.servers import wait_until
 

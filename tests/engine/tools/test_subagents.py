@@ -9,7 +9,7 @@ from typing import Any
 
 from openai.types.responses import Response
 
-from tests.api.test_responses_stream import raw_events
+from tests.support.responses_api import raw_events
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.servers import wait_until
 from tests.test_delegation import max_overlap
