@@ -21,11 +21,11 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from websockets.sync.client import connect
 
-from tests.observability.test_metrics import scrape, value
 from tests.support.agent_loop import USER, rounds, rule_for, summarise
 from tests.support.backends import REDIS_URL
 from tests.support.gateway import RunningGateway
 from tests.support.mcp_servers import McpTestServer
+from tests.support.metrics import scrape, value
 from tests.support.replicas import purge_redis, unique_redis_prefix
 from tests.support.responses_api import poll
 from tests.support.scripted_llm import Reply, ScriptedLLM
