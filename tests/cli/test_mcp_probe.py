@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 
+from tests.support.cli import HATCHWAY
 from tests.support.leak_scanner import SecretScanner
 from tests.support.mcp_servers import McpTestServer, stdio_command
 from tests.support.servers import free_port
 
-HATCHWAY = [sys.executable, "-m", "hatchway"]
 Factory = Callable[..., McpTestServer]
 
 

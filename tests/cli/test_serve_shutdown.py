@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from tests.cli.test_cli import HATCHWAY
+from tests.support.cli import HATCHWAY
 from tests.support.gateway import create_org_key
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.servers import accepts_connections, free_port, wait_until

@@ -9,7 +9,6 @@ lists and calls the same tools.
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,11 +17,11 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.cli import HATCHWAY
 from tests.support.node_tools import node_bin, node_env, package_file
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.servers import accepts_connections, free_port, wait_until
 
-HATCHWAY = [sys.executable, "-m", "hatchway"]
 TRANSPORTS = ["stdio", "streamable_http", "sse"]
 
 
