@@ -10,9 +10,8 @@ import httpx
 import pytest
 
 from tests.support.cli import HATCHWAY, minimal_config, run
+from tests.support.paths import ROOT
 from tests.support.servers import free_port, wait_until
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_orgs_and_keys_create_print_only_the_key(tmp_path: Path) -> None:

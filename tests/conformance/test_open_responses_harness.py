@@ -19,9 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import ROOT
 from tests.support.servers import free_port
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_open_responses_harness_passes_against_hatchway_serve() -> None:

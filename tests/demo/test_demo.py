@@ -17,9 +17,9 @@ from pathlib import Path
 
 import httpx
 
+from tests.support.paths import ROOT
 from tests.support.servers import free_port, wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
 DEMO_ENV = ("HATCHWAY_DEMO_BASE_URL", "HATCHWAY_DEMO_API_KEY", "HATCHWAY_DEMO_MODEL", "HATCHWAY_DATABASE_URL")
 
 

@@ -22,11 +22,12 @@ import pytest
 from hatchway.config.settings import load_settings
 from tests.support.backends import PG_URL, REDIS_URL
 from tests.support.gateway import OrgKey, create_org_key
+from tests.support.paths import ROOT
 from tests.support.replicas import Replicas, purge_redis, replica_config, unique_redis_prefix
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.servers import answers_healthz, free_port, wait_until
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+DEPLOY = ROOT / "deploy"
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 needs_nginx = pytest.mark.skipif(
     not os.path.exists(NGINX), reason="nginx not installed (apt-get install nginx-light)"

@@ -14,10 +14,10 @@ from examples.contas_server import split_subject
 from mcp import Client
 
 from tests.support.contas import RunningContas
+from tests.support.paths import ROOT
 from tests.support.servers import free_port, wait_until
 
 pytestmark = pytest.mark.anyio
-ROOT = Path(__file__).resolve().parents[2]
 
 
 async def _call(url: str, tool: str, arguments: dict[str, Any], **meta: Any) -> tuple[bool, Any]:

@@ -13,10 +13,9 @@ import yaml
 from examples.contas_server import ContasBackend, create_app
 
 from tests.support.mcp_caller import ClientCaller
+from tests.support.paths import EXAMPLE_AGENT
 from tests.support.scripted_llm import Reply
 from tests.support.servers import ServerThread
-
-EXAMPLE_AGENT = Path(__file__).resolve().parents[2] / "examples" / "agents" / "contas"
 
 
 class RunningContas:

@@ -27,9 +27,8 @@ import httpx
 import openai
 import yaml
 
+from tests.support.paths import ROOT
 from tests.support.servers import free_port, wait_until
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def unique_redis_prefix() -> str:

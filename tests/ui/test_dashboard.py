@@ -19,12 +19,12 @@ from tests.support.browser import Dashboard
 from tests.support.contas import RunningContas
 from tests.support.gateway import RunningGateway
 from tests.support.mcp_servers import McpTestServer
+from tests.support.paths import EXAMPLE_AGENT
 from tests.support.scripted_llm import Reply, ScriptedLLM
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
 expect = sync_api.expect
 Page = sync_api.Page
-EXAMPLE_AGENT = Path(__file__).resolve().parents[2] / "examples" / "agents" / "contas"
 
 
 def sign_in(dashboard: Dashboard, gateway: RunningGateway, key: str | None = None) -> Page:

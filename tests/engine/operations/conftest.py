@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from hatchway.config.agent_files import AgentTools, agent_files_in, load_agent_tools
 from hatchway.engine.context import Principal, RunContext
-
-EXAMPLE_AGENT = Path(__file__).resolve().parents[3] / "examples" / "agents" / "contas"
+from tests.support.paths import EXAMPLE_AGENT
 
 
 @pytest.fixture
