@@ -14,12 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.contas import RunningContas, contas_model
+from tests.support.contas import ABC, RunningContas, contas_model
 from tests.support.gateway import RunningGateway
 from tests.support.scripted_llm import ScriptedLLM
 from tests.support.servers import wait_until
-
-ABC = {"subject": "Produto A, Produto B e Produto C"}
 
 
 @pytest.fixture

@@ -11,14 +11,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.contas import RunningContas, contas_model
+from tests.support.contas import ANSWER, ASK, QUESTION, RunningContas, contas_model
 from tests.support.gateway import RunningGateway
+from tests.support.operations import operation
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.servers import free_port
-
-ASK = "cancele Produto A, Produto B e Produto C"
-QUESTION = "Você confirma o cancelamento de Produto A, Produto B e Produto C?"
-ANSWER = "PARTIAL_SUCCESS — Produto A: cancelado; Produto B: falhou (not_found); Produto C: cancelado."
 
 
 @pytest.fixture
@@ -47,14 +44,6 @@ def ask(gw: RunningGateway, session: str = "conv-1") -> tuple[list[dict[str, Any
         {"role": "user", "content": ASK},
         {"role": "assistant", "content": question},
     ], raw.headers["x-hatchway-operation-id"]
-
-
-def operation(gw: RunningGateway, op_id: str) -> dict[str, Any]:
-    response = httpx.get(
-        f"{gw.url}/v1/operations/{op_id}", headers={"authorization": f"Bearer {gw.key}"}, timeout=10
-    )
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 def test_confirmed_in_the_next_message_executes_once_with_per_item_outcomes(

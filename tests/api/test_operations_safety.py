@@ -18,14 +18,11 @@ import httpx
 import openai
 import pytest
 
-from tests.support.contas import RunningContas, contas_model
+from tests.support.contas import ANSWER, ASK, QUESTION, RunningContas, contas_model
 from tests.support.gateway import RunningGateway, base_config, create_org_key, write_config
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.servers import answers_healthz, free_port, wait_until
 
-ASK = "cancele Produto A, Produto B e Produto C"
-QUESTION = "Você confirma o cancelamento de Produto A, Produto B e Produto C?"
-ANSWER = "PARTIAL_SUCCESS — Produto A: cancelado; Produto B: falhou (not_found); Produto C: cancelado."
 IDLE = "Posso ajudar em algo mais?"
 TURN_1 = [{"role": "user", "content": ASK}, {"role": "assistant", "content": QUESTION}]
 YES = [*TURN_1, {"role": "user", "content": "sim"}]

@@ -29,7 +29,7 @@ from hatchway.engine.tools.operations.store import OperationStore
 from hatchway.store.db import Database
 from tests.support.agent_loop import USER, rounds, summarise, tool_steps
 from tests.support.backends import PG_URL, REDIS_URL
-from tests.support.contas import RunningContas
+from tests.support.contas import ABC, RunningContas
 from tests.support.gateway import OrgKey, create_org_key
 from tests.support.mcp_servers import McpTestServer
 from tests.support.paths import EXAMPLE_AGENT
@@ -44,7 +44,6 @@ from tests.support.replicas import (
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.token_endpoint import IssuedTokens, TokenEndpoint
 
-ABC = {"subject": "Produto A, Produto B e Produto C"}
 CLIENT_SECRET = "cs:replicas/+=9f86d081884c7d659a2feaa0c55ad015"
 pytestmark = [
     pytest.mark.postgres,
