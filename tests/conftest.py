@@ -10,7 +10,7 @@ import pytest
 
 from hatchway.store.db import Database
 from tests.support.backends import PG_URL, REDIS_URL, fresh_pg_database
-from tests.support.contas import RunningContas
+from tests.support.contas import RunningContas, contas_model
 from tests.support.gateway import RunningGateway, base_config, write_config
 from tests.support.leak_scanner import secret_scanner  # noqa: F401  (fixture: scans for leaked secret values)
 from tests.support.mcp_servers import McpTestServer
@@ -104,6 +104,34 @@ def contas() -> Iterator[RunningContas]:
 @pytest.fixture
 def gateway(gateway_factory: GatewayFactory) -> RunningGateway:
     return gateway_factory()
+
+
+@pytest.fixture
+def agent_gateway(
+    contas: RunningContas, gateway_factory: GatewayFactory, llm: ScriptedLLM, tmp_path: Path
+) -> RunningGateway:
+    """The example ``contas`` agent (``agent:contas``) on SQLite, the scripted model driving it."""
+    llm.handler = contas_model
+    return gateway_factory(agents=[contas.agent(tmp_path / "contas")])
+
+
+@pytest.fixture
+def ops_gateway(
+    request: pytest.FixtureRequest,
+    contas: RunningContas,
+    gateway_factory: GatewayFactory,
+    database_url: str,
+    llm: ScriptedLLM,
+    tmp_path: Path,
+) -> RunningGateway:
+    """``agent_gateway`` on each backend of ``database_url``, for the operations tests whose races are
+    the database's. An indirect parameter sets ``operations.confirmation_ttl_seconds`` (default 1800)."""
+    llm.handler = contas_model
+    return gateway_factory(
+        database_url=database_url,
+        operations={"confirmation_ttl_seconds": getattr(request, "param", 1800)},
+        agents=[contas.agent(tmp_path / "contas")],
+    )
 
 
 @pytest.fixture

@@ -18,12 +18,6 @@ from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.servers import free_port
 
 
-@pytest.fixture
-def agent_gateway(contas: RunningContas, gateway_factory, llm: ScriptedLLM, tmp_path: Path) -> RunningGateway:
-    llm.handler = contas_model
-    return gateway_factory(agents=[contas.agent(tmp_path / "contas")])
-
-
 def chat(
     gw: RunningGateway, messages: list[dict[str, Any]], *, session: str | None = "conv-1", user: str = "ana"
 ) -> Any:

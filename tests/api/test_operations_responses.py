@@ -5,20 +5,11 @@ chain (its root response id), so the user's "sim" in a response chained with
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-import pytest
-
-from tests.support.contas import ANSWER, ASK, QUESTION, RunningContas, contas_model
+from tests.support.contas import ANSWER, ASK, QUESTION, RunningContas
 from tests.support.gateway import RunningGateway
 from tests.support.operations import operation
 from tests.support.scripted_llm import ScriptedLLM
-
-
-@pytest.fixture
-def agent_gateway(contas: RunningContas, gateway_factory, llm: ScriptedLLM, tmp_path: Path) -> RunningGateway:
-    llm.handler = contas_model
-    return gateway_factory(agents=[contas.agent(tmp_path / "contas")])
 
 
 def test_confirmed_in_the_chain_executes_once(

@@ -124,11 +124,6 @@ def test_add_a_secret_and_see_it_listed_without_its_value(
     expect(page.get_by_text("No secrets yet.")).to_be_visible()
 
 
-@pytest.fixture
-def ops_gateway(gateway_factory, contas: RunningContas, tmp_path: Path) -> RunningGateway:
-    return gateway_factory(agents=[contas.agent(tmp_path / "contas")])
-
-
 def pending_operation(gateway: RunningGateway, contas: RunningContas) -> str:
     """A cancellation put up for confirmation by the real operations flow against the example server."""
     assert gateway.org is not None
@@ -144,10 +139,10 @@ def pending_operation(gateway: RunningGateway, contas: RunningContas) -> str:
 
 
 def test_confirm_a_pending_operation_and_see_its_verdict(
-    ops_gateway: RunningGateway, contas: RunningContas, dashboard: Dashboard
+    agent_gateway: RunningGateway, contas: RunningContas, dashboard: Dashboard
 ) -> None:
-    op_id = pending_operation(ops_gateway, contas)
-    page = sign_in(dashboard, ops_gateway)
+    op_id = pending_operation(agent_gateway, contas)
+    page = sign_in(dashboard, agent_gateway)
     page.get_by_role("link", name="Operations").click()
 
     pending = page.get_by_role("region", name="Pending (1)")
