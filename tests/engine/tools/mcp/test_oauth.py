@@ -24,22 +24,13 @@ from hatchway.store.orgs import OrgStore
 from hatchway.vault import MasterKey, Vault
 from tests.support.leak_scanner import SecretScanner
 from tests.support.server_configs import run_context, server, unchecked_server
+from tests.support.token_endpoint import Clock
 from tests.support.token_endpoint import TokenEndpoint as TokenServer
 
 pytestmark = pytest.mark.anyio
 
 CLIENT_ID = "hatchway agent+1"  # a space and a '+' check the form-urlencoding of Basic credentials
 SECRET_NAME = "mcp_oauth_client_secret"
-
-
-class Clock:
-    """Wall-clock stand-in the test moves forward by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class CountingCache(MemoryCache):

@@ -25,17 +25,9 @@ from hatchway.vault import MasterKey, Vault
 from tests.support.leak_scanner import SecretScanner
 from tests.support.mcp_servers import McpTestServer
 from tests.support.server_configs import run_context
-from tests.support.token_endpoint import IssuedTokens, TokenEndpoint
+from tests.support.token_endpoint import Clock, IssuedTokens, TokenEndpoint
 
 pytestmark = pytest.mark.anyio
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @dataclass
