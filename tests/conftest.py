@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import pytest
 from hatchway.store.db import Database
 from tests.support.backends import PG_URL, REDIS_URL, fresh_pg_database
 from tests.support.contas import RunningContas, contas_model
-from tests.support.gateway import RunningGateway, base_config, write_config
+from tests.support.gateway import OrgKey, RunningGateway, base_config, create_org_key, write_config
 from tests.support.leak_scanner import secret_scanner  # noqa: F401  (fixture: scans for leaked secret values)
 from tests.support.mcp_servers import McpTestServer
 from tests.support.scripted_llm import ScriptedLLM
@@ -68,6 +69,12 @@ async def sqlite_db(tmp_path: Path) -> AsyncIterator[Database]:
     await database.migrate()
     yield database
     await database.close()
+
+
+@pytest.fixture
+def pg_org(pg_database_url: str) -> OrgKey:
+    """A fresh organisation and key in the session's PostgreSQL database: its caches start cold."""
+    return asyncio.run(create_org_key(pg_database_url))
 
 
 GatewayFactory = Callable[..., RunningGateway]
