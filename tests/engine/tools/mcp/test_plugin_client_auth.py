@@ -82,13 +82,6 @@ async def bench(
     secret_scanner.watch(*idp.issued)
 
 
-@pytest.fixture
-async def pool() -> AsyncIterator[McpServerPool]:
-    pool = McpServerPool()
-    yield pool
-    await pool.aclose()
-
-
 async def test_a_failing_token_endpoint_is_asked_once_per_call_and_never_retried(
     bench: Bench, pool: McpServerPool
 ) -> None:
