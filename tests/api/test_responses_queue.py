@@ -1,7 +1,7 @@
 """Background responses on the Redis job queue, with gateways in this process (PostgreSQL + Redis):
 any replica runs them, a cancel anywhere stops them within seconds, the request's headers travel
 sealed in the database (never in the job), and a queue that refuses the job fails the response.
-The same with separate processes and ``hatchway worker``: tests/jobs/test_worker_processes.py.
+The same with separate processes and ``hatchway worker``: tests/responses/test_worker_processes.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``hatchway worker`` as an operator meets it: exit codes and messages when it cannot work.
 
-Its working life (taking jobs, SIGTERM → 0, SIGKILL mid-run) is in tests/jobs/test_worker_processes.py.
+Its working life (taking jobs, SIGTERM → 0, SIGKILL mid-run) is in tests/responses/test_worker_processes.py.
 """
 
 from __future__ import annotations
