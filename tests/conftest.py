@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.contas import RunningContas
-from tests.support.gateway import RunningGateway, base_config, write_config
+from hatchway.store.db import Database
+from tests.support.backends import PG_URL, REDIS_URL, fresh_pg_database
+from tests.support.contas import RunningContas, contas_model
+from tests.support.gateway import OrgKey, RunningGateway, base_config, create_org_key, write_config
 from tests.support.leak_scanner import secret_scanner  # noqa: F401  (fixture: scans for leaked secret values)
 from tests.support.mcp_servers import McpTestServer
 from tests.support.scripted_llm import ScriptedLLM
-
-PG_URL = os.environ.get("HATCHWAY_TEST_DATABASE_URL")
-REDIS_URL = os.environ.get("HATCHWAY_TEST_REDIS_URL")
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -28,34 +25,23 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 @pytest.fixture
+def anyio_backend() -> str:
+    """``@pytest.mark.anyio`` tests run on asyncio only (anyio's default would add trio when installed)."""
+    return "asyncio"
+
+
+@pytest.fixture
 def llm() -> Iterator[ScriptedLLM]:
     server = ScriptedLLM().start()
     yield server
     server.stop()
 
 
-async def _pg_admin(sql: str) -> None:
-    import asyncpg
-
-    assert PG_URL is not None
-    dsn = PG_URL.replace("postgresql+asyncpg://", "postgresql://")
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
-
-
 @pytest.fixture(scope="session")
 def pg_database_url() -> Iterator[str]:
     """A fresh PostgreSQL database for this test session (dropped at the end)."""
-    if not PG_URL:
-        pytest.skip("PostgreSQL not configured: set HATCHWAY_TEST_DATABASE_URL")
-    name = f"hatchway_t_{uuid.uuid4().hex[:10]}"
-    asyncio.run(_pg_admin(f'CREATE DATABASE "{name}"'))
-    base, _, _ = PG_URL.rpartition("/")
-    yield f"{base}/{name}"
-    asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    with fresh_pg_database("hatchway_t") as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -64,6 +50,31 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite+aiosqlite:///{tmp_path / 'hatchway.db'}"
     return request.getfixturevalue("pg_database_url")
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[Database]:
+    """A migrated ``Database`` on each backend of ``database_url`` (for ``@pytest.mark.anyio`` tests)."""
+    database = Database(database_url)
+    await database.migrate()
+    await database.migrate()  # idempotent: a second start applies nothing
+    yield database
+    await database.close()
+
+
+@pytest.fixture
+async def sqlite_db(tmp_path: Path) -> AsyncIterator[Database]:
+    """A migrated ``Database`` on SQLite only, for tests whose subject is not the storage."""
+    database = Database(f"sqlite+aiosqlite:///{tmp_path / 'sqlite.db'}")
+    await database.migrate()
+    yield database
+    await database.close()
+
+
+@pytest.fixture
+def pg_org(pg_database_url: str) -> OrgKey:
+    """A fresh organisation and key in the session's PostgreSQL database: its caches start cold."""
+    return asyncio.run(create_org_key(pg_database_url))
 
 
 GatewayFactory = Callable[..., RunningGateway]
@@ -100,6 +111,34 @@ def contas() -> Iterator[RunningContas]:
 @pytest.fixture
 def gateway(gateway_factory: GatewayFactory) -> RunningGateway:
     return gateway_factory()
+
+
+@pytest.fixture
+def agent_gateway(
+    contas: RunningContas, gateway_factory: GatewayFactory, llm: ScriptedLLM, tmp_path: Path
+) -> RunningGateway:
+    """The example ``contas`` agent (``agent:contas``) on SQLite, the scripted model driving it."""
+    llm.handler = contas_model
+    return gateway_factory(agents=[contas.agent(tmp_path / "contas")])
+
+
+@pytest.fixture
+def ops_gateway(
+    request: pytest.FixtureRequest,
+    contas: RunningContas,
+    gateway_factory: GatewayFactory,
+    database_url: str,
+    llm: ScriptedLLM,
+    tmp_path: Path,
+) -> RunningGateway:
+    """``agent_gateway`` on each backend of ``database_url``, for the operations tests whose races are
+    the database's. An indirect parameter sets ``operations.confirmation_ttl_seconds`` (default 1800)."""
+    llm.handler = contas_model
+    return gateway_factory(
+        database_url=database_url,
+        operations={"confirmation_ttl_seconds": getattr(request, "param", 1800)},
+        agents=[contas.agent(tmp_path / "contas")],
+    )
 
 
 @pytest.fixture

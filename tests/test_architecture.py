@@ -8,7 +8,9 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+from tests.support.paths import ROOT
+
+SRC = ROOT / "src"
 PACKAGE = SRC / "hatchway"
 FACADE = "hatchway"
 """The top-level package re-exports the public names lazily; it is not part of the graph."""

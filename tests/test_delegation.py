@@ -12,7 +12,7 @@ from typing import Any
 import openai
 
 from hatchway.delegation import CHILD_INSTRUCTIONS, DelegationSettings, adelegate, delegate
-from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.support.scripted_llm import Reply, ScriptedLLM, max_overlap
 from tests.support.servers import wait_until
 
 
@@ -48,10 +48,6 @@ class DelegationScript:
             r["output_text"] if r["ok"] else f"{r['error_code']}: {r['message']}" for r in results
         )
         return Reply(f"final: {summary}")
-
-
-def max_overlap(starts: list[float], duration: float) -> int:
-    return max(sum(1 for s in starts if s <= t < s + duration) for t in starts)
 
 
 def test_three_children_fan_out_in_parallel_and_resume_the_parent_once(gateway, llm: ScriptedLLM) -> None:

@@ -8,7 +8,6 @@ real TLS token endpoint (CA made in the test with trustme, trusted by the gatewa
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,14 +16,14 @@ from typing import Any
 import pytest
 
 from tests.support.agent_loop import USER, log_of, rounds, rule_for, summarise, tool_messages, tool_steps
+from tests.support.backends import REDIS_URL
 from tests.support.gateway import RunningGateway
-from tests.support.leak_scanner import SecretScanner
+from tests.support.leak_scanner import SecretScanner, put_secret
 from tests.support.mcp_servers import McpTestServer
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.servers import wait_until
 from tests.support.token_endpoint import IssuedTokens, TokenEndpoint
 
-REDIS_URL = os.environ.get("HATCHWAY_TEST_REDIS_URL")
 CLIENT_ID = "hatchway agent+1"  # a space and a '+': Basic credentials must be form-encoded
 SECRET = "billing_client_secret"
 CLIENT_SECRET = "cs:billing/+=d41d8cd98f00b204e9800998ecf8427e"
@@ -84,19 +83,6 @@ def oauth_gateway(
     secret_scanner.watch_database(gateway.settings.database_url)
     put_secret(gateway, gateway.key, SECRET, CLIENT_SECRET, secret_scanner)
     return gateway
-
-
-def put_secret(
-    gateway: RunningGateway,
-    key: str,
-    name: str,
-    value: str,
-    scanner: SecretScanner,
-    hosts: list[str] | None = None,
-) -> None:
-    response = gateway.put_secret(name, value, key=key, allowed_hosts=hosts)
-    scanner.observe(f"PUT /v1/secrets/{name}", response.text)
-    assert response.status_code in (200, 201), response.text
 
 
 def ask(gateway: RunningGateway, scanner: SecretScanner) -> tuple[str, dict[str, Any]]:

@@ -7,7 +7,6 @@ and a leak scan of everything the test saw plus the database (and Redis when con
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -18,25 +17,11 @@ import pytest
 from mcp.server.mcpserver import Context
 
 from tests.support.agent_loop import USER, inline, log_of, rounds, rule_for, summarise, tool_steps
+from tests.support.backends import REDIS_URL
 from tests.support.gateway import RunningGateway
-from tests.support.leak_scanner import SecretScanner
+from tests.support.leak_scanner import SecretScanner, put_secret
 from tests.support.mcp_servers import McpTestServer, StaticBearers
 from tests.support.scripted_llm import Reply, ScriptedLLM
-
-REDIS_URL = os.environ.get("HATCHWAY_TEST_REDIS_URL")
-
-
-def put_secret(
-    gateway: RunningGateway,
-    key: str,
-    name: str,
-    value: str,
-    scanner: SecretScanner,
-    hosts: list[str] | None = None,
-) -> None:
-    response = gateway.put_secret(name, value, key=key, allowed_hosts=hosts)
-    scanner.observe(f"PUT /v1/secrets/{name}", response.text)
-    assert response.status_code in (200, 201), response.text
 
 
 def bearer_server(factory: Callable[..., McpTestServer], *accepted: str) -> McpTestServer:

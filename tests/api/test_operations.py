@@ -14,25 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.contas import RunningContas, contas_model
+from tests.support.contas import ABC, RunningContas
 from tests.support.gateway import RunningGateway
-from tests.support.scripted_llm import ScriptedLLM
 from tests.support.servers import wait_until
-
-ABC = {"subject": "Produto A, Produto B e Produto C"}
-
-
-@pytest.fixture
-def ops_gateway(
-    request, contas: RunningContas, gateway_factory, database_url: str, llm: ScriptedLLM, tmp_path
-):
-    ttl = getattr(request, "param", 1800)
-    llm.handler = contas_model
-    return gateway_factory(
-        database_url=database_url,
-        operations={"confirmation_ttl_seconds": ttl},
-        agents=[contas.agent(tmp_path / "contas")],
-    )
 
 
 def _pending(

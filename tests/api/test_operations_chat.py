@@ -11,19 +11,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.contas import RunningContas, contas_model
+from tests.support.contas import ANSWER, ASK, QUESTION, RunningContas, contas_model
 from tests.support.gateway import RunningGateway
+from tests.support.operations import operation
 from tests.support.scripted_llm import Reply, ScriptedLLM
-
-ASK = "cancele Produto A, Produto B e Produto C"
-QUESTION = "Você confirma o cancelamento de Produto A, Produto B e Produto C?"
-ANSWER = "PARTIAL_SUCCESS — Produto A: cancelado; Produto B: falhou (not_found); Produto C: cancelado."
-
-
-@pytest.fixture
-def agent_gateway(contas: RunningContas, gateway_factory, llm: ScriptedLLM, tmp_path: Path) -> RunningGateway:
-    llm.handler = contas_model
-    return gateway_factory(agents=[contas.agent(tmp_path / "contas")])
+from tests.support.servers import free_port
 
 
 def chat(
@@ -46,14 +38,6 @@ def ask(gw: RunningGateway, session: str = "conv-1") -> tuple[list[dict[str, Any
         {"role": "user", "content": ASK},
         {"role": "assistant", "content": question},
     ], raw.headers["x-hatchway-operation-id"]
-
-
-def operation(gw: RunningGateway, op_id: str) -> dict[str, Any]:
-    response = httpx.get(
-        f"{gw.url}/v1/operations/{op_id}", headers={"authorization": f"Bearer {gw.key}"}, timeout=10
-    )
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 def test_confirmed_in_the_next_message_executes_once_with_per_item_outcomes(
@@ -162,7 +146,7 @@ def test_a_failing_validator_with_fail_open_false_fails_and_nothing_runs(
 ) -> None:
     llm.handler = contas_model
     if validator == "server down":
-        agent = contas.agent(tmp_path / "a", server={"url": f"http://127.0.0.1:{_closed_port()}/mcp"})
+        agent = contas.agent(tmp_path / "a", server={"url": f"http://127.0.0.1:{free_port()}/mcp"})
     else:
         rule = {"operation_type": "transactional", "require_confirmation": True, "requires": ["subject"]}
         rule["pre_validation"] = {"enabled": True, "tool": "validar_inexistente", "fail_open": False}
@@ -246,14 +230,6 @@ def _operations(gw: RunningGateway) -> list[dict[str, Any]]:
     response = httpx.get(f"{gw.url}/v1/operations", headers={"authorization": f"Bearer {gw.key}"}, timeout=10)
     assert response.status_code == 200
     return response.json()["data"]
-
-
-def _closed_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_without_a_session_only_the_confirm_endpoint_confirms(

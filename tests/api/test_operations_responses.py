@@ -5,33 +5,11 @@ chain (its root response id), so the user's "sim" in a response chained with
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any
 
-import httpx
-import pytest
-
-from tests.support.contas import RunningContas, contas_model
+from tests.support.contas import ANSWER, ASK, QUESTION, RunningContas
 from tests.support.gateway import RunningGateway
+from tests.support.operations import operation
 from tests.support.scripted_llm import ScriptedLLM
-
-ASK = "cancele Produto A, Produto B e Produto C"
-QUESTION = "Você confirma o cancelamento de Produto A, Produto B e Produto C?"
-ANSWER = "PARTIAL_SUCCESS — Produto A: cancelado; Produto B: falhou (not_found); Produto C: cancelado."
-
-
-@pytest.fixture
-def agent_gateway(contas: RunningContas, gateway_factory, llm: ScriptedLLM, tmp_path: Path) -> RunningGateway:
-    llm.handler = contas_model
-    return gateway_factory(agents=[contas.agent(tmp_path / "contas")])
-
-
-def operation(gw: RunningGateway, op_id: str) -> dict[str, Any]:
-    response = httpx.get(
-        f"{gw.url}/v1/operations/{op_id}", headers={"authorization": f"Bearer {gw.key}"}, timeout=10
-    )
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 def test_confirmed_in_the_chain_executes_once(

@@ -18,26 +18,14 @@ import httpx
 import openai
 import pytest
 
-from tests.support.contas import RunningContas, contas_model
+from tests.support.contas import ANSWER, ASK, QUESTION, RunningContas, contas_model
 from tests.support.gateway import RunningGateway, base_config, create_org_key, write_config
 from tests.support.scripted_llm import Reply, ScriptedLLM
-from tests.support.servers import wait_until
+from tests.support.servers import answers_healthz, free_port, wait_until
 
-ASK = "cancele Produto A, Produto B e Produto C"
-QUESTION = "Você confirma o cancelamento de Produto A, Produto B e Produto C?"
-ANSWER = "PARTIAL_SUCCESS — Produto A: cancelado; Produto B: falhou (not_found); Produto C: cancelado."
 IDLE = "Posso ajudar em algo mais?"
 TURN_1 = [{"role": "user", "content": ASK}, {"role": "assistant", "content": QUESTION}]
 YES = [*TURN_1, {"role": "user", "content": "sim"}]
-
-
-@pytest.fixture
-def agent_gateway(
-    contas: RunningContas, gateway_factory, database_url: str, llm: ScriptedLLM, tmp_path: Path
-) -> RunningGateway:
-    """The contas agent on SQLite and (when configured) PostgreSQL: the races are the database's."""
-    llm.handler = contas_model
-    return gateway_factory(database_url=database_url, agents=[contas.agent(tmp_path / "contas")])
 
 
 def chat(gw: RunningGateway, messages: list[dict[str, Any]], *, key: str | None = None, **kw: Any) -> Any:
@@ -69,15 +57,15 @@ def status(gw: RunningGateway, op_id: str, key: str | None = None) -> str:
 
 
 def test_confirming_again_while_it_executes_runs_nothing_more(
-    agent_gateway: RunningGateway, contas: RunningContas
+    ops_gateway: RunningGateway, contas: RunningContas
 ) -> None:
-    op_id = ask(agent_gateway)
+    op_id = ask(ops_gateway)
     contas.backend.gate = threading.Event()  # hold the execution in flight
     with ThreadPoolExecutor(1) as pool:
-        first = pool.submit(chat, agent_gateway, YES)
+        first = pool.submit(chat, ops_gateway, YES)
         assert contas.backend.started.wait(10)
-        assert text(chat(agent_gateway, YES)) == IDLE  # a double submit: nothing is pending any more
-        endpoint = http(agent_gateway, "POST", f"/v1/operations/{op_id}/confirm")
+        assert text(chat(ops_gateway, YES)) == IDLE  # a double submit: nothing is pending any more
+        endpoint = http(ops_gateway, "POST", f"/v1/operations/{op_id}/confirm")
         assert endpoint.status_code == 409 and endpoint.json()["operation"]["status"] == "EXECUTING"
         contas.backend.gate.set()
         assert text(first.result(30)) == ANSWER
@@ -86,18 +74,18 @@ def test_confirming_again_while_it_executes_runs_nothing_more(
 
 @pytest.mark.parametrize("second", ["chat", "confirm endpoint"])
 def test_two_confirmations_at_the_same_moment_execute_once(
-    agent_gateway: RunningGateway, contas: RunningContas, second: str
+    ops_gateway: RunningGateway, contas: RunningContas, second: str
 ) -> None:
-    op_id = ask(agent_gateway)
+    op_id = ask(ops_gateway)
     start = threading.Barrier(2)
 
     def by_chat() -> str:
         start.wait(10)
-        return text(chat(agent_gateway, YES))
+        return text(chat(ops_gateway, YES))
 
     def by_endpoint() -> str:
         start.wait(10)
-        response = http(agent_gateway, "POST", f"/v1/operations/{op_id}/confirm")
+        response = http(ops_gateway, "POST", f"/v1/operations/{op_id}/confirm")
         assert response.status_code in (200, 409), response.text
         return response.json().get("status") or response.json()["operation"]["status"]
 
@@ -105,7 +93,7 @@ def test_two_confirmations_at_the_same_moment_execute_once(
         futures = [pool.submit(by_chat), pool.submit(by_chat if second == "chat" else by_endpoint)]
         answers = [f.result(60) for f in futures]
     assert contas.backend.executions == {op_id: 1}
-    assert status(agent_gateway, op_id) == "COMPLETED"
+    assert status(ops_gateway, op_id) == "COMPLETED"
     # The loser saw the operation pending (and reports the winner's outcome), executing (409 from
     # the endpoint), or already done (nothing pending for the chat).
     assert set(answers) <= {ANSWER, IDLE, "COMPLETED", "EXECUTING"}
@@ -133,7 +121,7 @@ def test_an_execution_that_times_out_is_interrupted_and_never_retried(
 
 
 def test_a_model_cannot_confirm_by_itself(
-    agent_gateway: RunningGateway, contas: RunningContas, llm: ScriptedLLM
+    ops_gateway: RunningGateway, contas: RunningContas, llm: ScriptedLLM
 ) -> None:
     """It says "sim", calls the tool again with "confirm": true, calls the plugin's raw tools and
     the validator, and gets a client tool to answer "confirmado": nothing runs until the user says yes."""
@@ -154,28 +142,25 @@ def test_a_model_cannot_confirm_by_itself(
         return Reply(text="sim", tool_calls=calls)
 
     llm.handler = model
-    first = chat(agent_gateway, TURN_1[:1])
+    first = chat(ops_gateway, TURN_1[:1])
     assert text(first) == QUESTION
     op_id = first.headers["x-hatchway-operation-id"]
     assert len(llm.requests) == 1  # the run stopped at the question
-    steps = _tool_steps(agent_gateway, first.headers["x-hatchway-request-id"])
+    steps = _tool_steps(ops_gateway, first.headers["x-hatchway-request-id"])
     assert sorted((s["name"], s["outcome"], s.get("error_code")) for s in steps) == [
         ("cancelar_vas_avulso", "error", "confirmation_pending"),  # one question per turn
         ("cancelar_vas_avulso", "needs_confirmation", None),
         ("contas__cancelar_vas_avulso", "error", "unknown_tool"),
         ("validar_vas_subject", "error", "unknown_tool"),
     ]
-    [asked] = _operations(agent_gateway)  # the refused call opened no operation
+    [asked] = _operations(ops_gateway)  # the refused call opened no operation
     assert asked["id"] == op_id and asked["status"] == "AWAITING_CONFIRMATION"
 
     # The conversation ends with the model's own "sim": not the user's reply, nothing is confirmed.
-    echoed = chat(agent_gateway, [*TURN_1, {"role": "assistant", "content": "sim"}])
+    echoed = chat(ops_gateway, [*TURN_1, {"role": "assistant", "content": "sim"}])
     assert text(echoed) == QUESTION  # it called the tool again: a new operation, asked again
     newer = echoed.headers["x-hatchway-operation-id"]
-    assert (
-        status(agent_gateway, op_id) == "CANCELLED"
-        and status(agent_gateway, newer) == "AWAITING_CONFIRMATION"
-    )
+    assert status(ops_gateway, op_id) == "CANCELLED" and status(ops_gateway, newer) == "AWAITING_CONFIRMATION"
 
     # A tool's output saying "confirmado" is not the user's reply either.
     client_tool = {"type": "function", "function": {"name": "ask_user", "parameters": {"type": "object"}}}
@@ -185,18 +170,18 @@ def test_a_model_cannot_confirm_by_itself(
         {"role": "assistant", "content": None, "tool_calls": [call]},
         {"role": "tool", "tool_call_id": "call_ask_user", "content": "sim, confirmado"},
     ]
-    assert text(chat(agent_gateway, via_tool, tools=[client_tool])) == "sim, confirmado"
-    assert status(agent_gateway, newer) == "AWAITING_CONFIRMATION"
+    assert text(chat(ops_gateway, via_tool, tools=[client_tool])) == "sim, confirmado"
+    assert status(ops_gateway, newer) == "AWAITING_CONFIRMATION"
     assert contas.backend.stats()["total_executions"] == 0
     assert [c["tool"] for c in contas.backend.calls] == ["validar_vas_subject"] * 2
 
     llm.handler = contas_model
-    assert text(chat(agent_gateway, YES)) == ANSWER  # the user's own yes
+    assert text(chat(ops_gateway, YES)) == ANSWER  # the user's own yes
     assert contas.backend.executions == {newer: 1}
 
 
 def test_the_plugins_other_tools_are_not_offered_nor_callable(
-    agent_gateway: RunningGateway, contas: RunningContas, llm: ScriptedLLM
+    ops_gateway: RunningGateway, contas: RunningContas, llm: ScriptedLLM
 ) -> None:
     """tools.yaml is the agent's whole toolbox: no validator, no raw MCP name, no other tool."""
 
@@ -207,11 +192,11 @@ def test_the_plugins_other_tools_are_not_offered_nor_callable(
         return Reply(tool_calls=[(name, {"ids": ["1001"], "subject": "Produto A"}) for name in names])
 
     llm.handler = model
-    raw = chat(agent_gateway, TURN_1[:1])
+    raw = chat(ops_gateway, TURN_1[:1])
     assert text(raw) == "done"
     offered = {t["function"]["name"] for t in llm.requests[0]["tools"]}
     assert offered == {"cancelar_vas_avulso", "cancelar_vas_lote", "cancelar_vas_fluxo", "consultar_pedidos"}
-    steps = {s["name"]: s for s in _tool_steps(agent_gateway, raw.headers["x-hatchway-request-id"])}
+    steps = {s["name"]: s for s in _tool_steps(ops_gateway, raw.headers["x-hatchway-request-id"])}
     assert {n for n, s in steps.items() if s.get("error_code") == "unknown_tool"} == {
         "contas__cancelar_vas_avulso",
         "validar_vas_subject",
@@ -255,7 +240,7 @@ def test_a_crash_during_execution_is_interrupted_and_never_rerun(
     path = write_config(
         tmp_path, base_config(tmp_path, llm.base_url, database_url, agents=[agent]), "crash.yaml"
     )
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -274,7 +259,11 @@ def test_a_crash_during_execution_is_interrupted_and_never_rerun(
     doomed = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=org.key, max_retries=0, timeout=30)
     contas.backend.gate = threading.Event()
     try:
-        wait_until(lambda: _up(port), timeout=20, message="the gateway process to start")
+        wait_until(
+            lambda: answers_healthz(f"http://127.0.0.1:{port}"),
+            timeout=20,
+            message="the gateway process to start",
+        )
         headers = {"hatchway-session": "conv-1"}
         asked = doomed.chat.completions.with_raw_response.create(
             model="agent:contas", messages=TURN_1[:1], extra_headers=headers
@@ -320,18 +309,3 @@ def _log(gw: RunningGateway, log_id: str) -> dict[str, Any] | None:
 
 def _operations(gw: RunningGateway) -> list[dict[str, Any]]:
     return http(gw, "GET", "/v1/operations").json()["data"]
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _up(port: int) -> bool:
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -29,9 +28,11 @@ from hatchway.engine.tools.operations.service import OperationService
 from hatchway.engine.tools.operations.store import OperationStore
 from hatchway.store.db import Database
 from tests.support.agent_loop import USER, rounds, summarise, tool_steps
-from tests.support.contas import RunningContas
-from tests.support.gateway import OrgKey, create_org_key
+from tests.support.backends import PG_URL, REDIS_URL
+from tests.support.contas import ABC, RunningContas
+from tests.support.gateway import OrgKey
 from tests.support.mcp_servers import McpTestServer
+from tests.support.paths import EXAMPLE_AGENT
 from tests.support.replicas import (
     Replicas,
     ServeProcess,
@@ -43,10 +44,6 @@ from tests.support.replicas import (
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.token_endpoint import IssuedTokens, TokenEndpoint
 
-PG_URL = os.environ.get("HATCHWAY_TEST_DATABASE_URL")
-REDIS_URL = os.environ.get("HATCHWAY_TEST_REDIS_URL") or ""
-EXAMPLE_AGENT = Path(__file__).resolve().parents[2] / "examples" / "agents" / "contas"
-ABC = {"subject": "Produto A, Produto B e Produto C"}
 CLIENT_SECRET = "cs:replicas/+=9f86d081884c7d659a2feaa0c55ad015"
 pytestmark = [
     pytest.mark.postgres,
@@ -142,17 +139,11 @@ def world(pg_database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
             server.stop()
 
 
-@pytest.fixture
-def org(pg_database_url: str) -> OrgKey:
-    """A fresh organisation per test: its caches (tokens, listings, results) start cold."""
-    return asyncio.run(create_org_key(pg_database_url))
-
-
-def test_a_response_created_on_a_is_continued_on_b(world: World, org: OrgKey) -> None:
+def test_a_response_created_on_a_is_continued_on_b(world: World, pg_org: OrgKey) -> None:
     world.upstream.handler = rounds(Reply(text="Lisbon."), Reply(text="You asked about Portugal."))
 
-    first = world.a.client(org.key).responses.create(model="gpt-4o", input="Capital of Portugal?")
-    second = world.b.client(org.key).responses.create(
+    first = world.a.client(pg_org.key).responses.create(model="gpt-4o", input="Capital of Portugal?")
+    second = world.b.client(pg_org.key).responses.create(
         model="gpt-4o", previous_response_id=first.id, input="What did I ask about?"
     )
 
@@ -189,35 +180,37 @@ def _pending_operation(world: World, org: OrgKey) -> str:
     return asyncio.run(ask())
 
 
-def test_an_operation_confirmed_on_both_replicas_at_once_executes_once(world: World, org: OrgKey) -> None:
-    op_id = _pending_operation(world, org)
-    assert world.a.http("GET", f"/v1/operations/{op_id}", org.key).json()["status"] == "AWAITING_CONFIRMATION"
+def test_an_operation_confirmed_on_both_replicas_at_once_executes_once(world: World, pg_org: OrgKey) -> None:
+    op_id = _pending_operation(world, pg_org)
+    assert (
+        world.a.http("GET", f"/v1/operations/{op_id}", pg_org.key).json()["status"] == "AWAITING_CONFIRMATION"
+    )
     together = threading.Barrier(4)
 
     def confirm(replica: ServeProcess) -> int:
         together.wait(10)
-        return replica.http("POST", f"/v1/operations/{op_id}/confirm", org.key).status_code
+        return replica.http("POST", f"/v1/operations/{op_id}/confirm", pg_org.key).status_code
 
     with ThreadPoolExecutor(4) as pool:
         codes = sorted(pool.map(confirm, [world.a, world.b, world.a, world.b]))
 
     assert codes == [200, 409, 409, 409], world.replicas.logs()
     assert world.contas.backend.executions == {op_id: 1}
-    done = world.b.http("GET", f"/v1/operations/{op_id}", org.key).json()
+    done = world.b.http("GET", f"/v1/operations/{op_id}", pg_org.key).json()
     assert done["status"] == "COMPLETED" and done["verdict"]["status"] == "PARTIAL_SUCCESS"
 
 
 def test_an_oauth_token_is_fetched_once_for_calls_spread_over_both_replicas(
-    world: World, org: OrgKey
+    world: World, pg_org: OrgKey
 ) -> None:
-    stored = world.a.http("PUT", "/v1/secrets/billing_client", org.key, json={"value": CLIENT_SECRET})
+    stored = world.a.http("PUT", "/v1/secrets/billing_client", pg_org.key, json={"value": CLIENT_SECRET})
     assert stored.status_code in (200, 201), stored.text
     world.upstream.handler = rounds(Reply(tool_calls=[("billing__echo", {"text": "t"})]), summarise)
     world.idp.gate.clear()  # hold the token endpoint's answer until both replicas want a token
     fetches = len(world.idp.requests)
 
     def ask(replica: ServeProcess) -> str:
-        reply = replica.client(org.key).chat.completions.create(model="billing", messages=USER)
+        reply = replica.client(pg_org.key).chat.completions.create(model="billing", messages=USER)
         return reply.choices[0].message.content or ""
 
     try:
@@ -243,12 +236,14 @@ def test_an_oauth_token_is_fetched_once_for_calls_spread_over_both_replicas(
     assert CLIENT_SECRET not in world.a.log() + world.b.log()
 
 
-def test_a_tool_result_cached_by_a_is_a_hit_on_b_and_the_listing_is_shared(world: World, org: OrgKey) -> None:
+def test_a_tool_result_cached_by_a_is_a_hit_on_b_and_the_listing_is_shared(
+    world: World, pg_org: OrgKey
+) -> None:
     world.upstream.handler = rounds(Reply(tool_calls=[("cache__echo", {"text": "once"})]), summarise)
     calls, listings = world.tools.tool_calls("echo"), len(world.tools.calls_of("tools/list"))
 
-    on_a = world.a.client(org.key).chat.completions.with_raw_response.create(model="cached", messages=USER)
-    on_b = world.b.client(org.key).chat.completions.with_raw_response.create(model="cached", messages=USER)
+    on_a = world.a.client(pg_org.key).chat.completions.with_raw_response.create(model="cached", messages=USER)
+    on_b = world.b.client(pg_org.key).chat.completions.with_raw_response.create(model="cached", messages=USER)
 
     assert "echo:once" in (on_a.parse().choices[0].message.content or "")
     assert "echo:once" in (on_b.parse().choices[0].message.content or "")
@@ -257,7 +252,7 @@ def test_a_tool_result_cached_by_a_is_a_hit_on_b_and_the_listing_is_shared(world
 
     def step_on_b() -> dict[str, Any] | None:
         log_id = on_b.headers["x-hatchway-request-id"]
-        record = world.b.http("GET", f"/v1/logs/{log_id}", org.key)
+        record = world.b.http("GET", f"/v1/logs/{log_id}", pg_org.key)
         return record.json() if record.status_code == 200 else None
 
     [step] = tool_steps(eventually(step_on_b, 10, "B's run record", world.replicas))

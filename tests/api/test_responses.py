@@ -9,21 +9,9 @@ import openai
 import pytest
 from openai.types.responses import Response, ResponseItemList
 
+from tests.support.responses_api import WEATHER
 from tests.support.scripted_llm import ScriptedLLM
 from tests.support.servers import wait_until
-
-WEATHER = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Weather for a city",
-    "strict": True,
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-}
 
 
 def test_create_and_retrieve_a_stored_response(gateway, llm: ScriptedLLM) -> None:

@@ -13,18 +13,10 @@ import httpx
 import openai
 import pytest
 
-from tests.api.test_responses_stream import raw_events
 from tests.support.gateway import base_config, write_config
+from tests.support.responses_api import poll, raw_events
 from tests.support.scripted_llm import ScriptedLLM
-from tests.support.servers import wait_until
-
-
-def poll(client: openai.OpenAI, response_id: str, statuses: tuple[str, ...], timeout: float = 10.0):
-    def reached():
-        current = client.responses.retrieve(response_id)
-        return current if current.status in statuses else None
-
-    return wait_until(reached, timeout=timeout, message=f"{response_id} to reach {statuses}")
+from tests.support.servers import answers_healthz, free_port, wait_until
 
 
 def test_background_response_is_queued_then_completes(gateway, llm: ScriptedLLM) -> None:
@@ -123,7 +115,7 @@ def test_run_of_a_crashed_process_is_failed_when_its_lease_expires(
     survivor = gateway_factory(database_url=database_url, response_lease_seconds=0.6)
     config = base_config(tmp_path, llm.base_url, database_url, response_lease_seconds=0.6)
     path = write_config(tmp_path, config, "crashing.yaml")
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -141,7 +133,11 @@ def test_run_of_a_crashed_process_is_failed_when_its_lease_expires(
     )
     crashing = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=survivor.key, max_retries=0)
     try:
-        wait_until(lambda: _up(port), timeout=20, message="the crashing gateway to start")
+        wait_until(
+            lambda: answers_healthz(f"http://127.0.0.1:{port}"),
+            timeout=20,
+            message="the crashing gateway to start",
+        )
         created = crashing.responses.create(model="gpt-4o", input="x", background=True)
         wait_until(lambda: llm.requests, message="the upstream call to start")
     finally:
@@ -151,18 +147,3 @@ def test_run_of_a_crashed_process_is_failed_when_its_lease_expires(
 
     failed = poll(survivor.client(), created.id, ("failed",), timeout=10)
     assert "stopped" in failed.error.message
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _up(port: int) -> bool:
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False

@@ -1,12 +1,11 @@
 """Background responses on the Redis job queue, with gateways in this process (PostgreSQL + Redis):
 any replica runs them, a cancel anywhere stops them within seconds, the request's headers travel
 sealed in the database (never in the job), and a queue that refuses the job fails the response.
-The same with separate processes and ``hatchway worker``: tests/jobs/test_worker_processes.py.
+The same with separate processes and ``hatchway worker``: tests/responses/test_worker_processes.py.
 """
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -14,16 +13,16 @@ import httpx
 import openai
 import pytest
 
-from tests.api.test_responses_background import poll
 from tests.support.agent_loop import inline, rounds, summarise
+from tests.support.backends import REDIS_URL
 from tests.support.gateway import RunningGateway
 from tests.support.leak_scanner import SecretScanner
 from tests.support.mcp_servers import McpTestServer
 from tests.support.replicas import purge_redis, unique_redis_prefix
+from tests.support.responses_api import poll
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.servers import wait_until
 
-REDIS_URL = os.environ.get("HATCHWAY_TEST_REDIS_URL") or ""
 pytestmark = [
     pytest.mark.postgres,
     pytest.mark.redis,

@@ -7,8 +7,7 @@ import json
 import openai
 import pytest
 
-from tests.api.test_responses import WEATHER
-from tests.api.test_responses_background import poll
+from tests.support.responses_api import WEATHER, poll
 from tests.support.scripted_llm import ScriptedLLM
 from tests.support.servers import wait_until
 

@@ -12,7 +12,7 @@ from pydantic import TypeAdapter
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from tests.api.test_responses import WEATHER
+from tests.support.responses_api import WEATHER
 from tests.support.scripted_llm import ScriptedLLM
 
 SERVER_EVENTS = TypeAdapter(ResponsesServerEvent)

@@ -3,37 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
-import httpx
-from openai.types.responses import ResponseStreamEvent
-from pydantic import TypeAdapter
-
-from tests.api.test_responses import WEATHER
 from tests.support.open_responses import check_event
+from tests.support.responses_api import WEATHER, raw_events
 from tests.support.scripted_llm import ScriptedLLM
-
-EVENTS = TypeAdapter(ResponseStreamEvent)
-
-
-def raw_events(
-    gateway, body: dict[str, Any], method: str = "POST", path: str = "/v1/responses"
-) -> list[dict]:
-    """Every SSE frame, checked: ``event:`` equals the JSON type and each validates as an SDK event."""
-    events = []
-    headers = {"authorization": f"Bearer {gateway.key}"}
-    with httpx.stream(method, f"{gateway.url}{path}", json=body or None, headers=headers, timeout=30) as r:
-        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
-        name = None
-        for line in r.iter_lines():
-            if line.startswith("event: "):
-                name = line[7:]
-            elif line.startswith("data: "):
-                payload = json.loads(line[6:])
-                assert payload["type"] == name
-                EVENTS.validate_python(payload)
-                events.append(payload)
-    return events
 
 
 def lifecycle_ids(events: list[dict]) -> set[str]:

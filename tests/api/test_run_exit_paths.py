@@ -9,7 +9,6 @@ WebSocket turn, and a body that cannot be serialised upstream.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import threading
 from collections.abc import Callable
@@ -22,17 +21,15 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from websockets.sync.client import connect
 
-from tests.api.test_responses_background import poll
-from tests.observability.test_metrics import scrape, value
-from tests.support.agent_loop import rounds, rule_for, summarise
+from tests.support.agent_loop import USER, rounds, rule_for, summarise
+from tests.support.backends import REDIS_URL
 from tests.support.gateway import RunningGateway
 from tests.support.mcp_servers import McpTestServer
+from tests.support.metrics import scrape, value
 from tests.support.replicas import purge_redis, unique_redis_prefix
+from tests.support.responses_api import poll
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.servers import wait_until
-
-USER = [{"role": "user", "content": "go"}]
-REDIS_URL = os.environ.get("HATCHWAY_TEST_REDIS_URL") or ""
 
 
 class SpanLedger(SpanProcessor):

@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import socket
-
 import openai
 import pytest
 
 from tests.support.scripted_llm import ScriptedLLM
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.support.servers import free_port
 
 
 def test_upstream_down_is_502(gateway_factory) -> None:
-    gw = gateway_factory(providers=[{"id": "upstream", "base_url": f"http://127.0.0.1:{_free_port()}/v1"}])
+    gw = gateway_factory(providers=[{"id": "upstream", "base_url": f"http://127.0.0.1:{free_port()}/v1"}])
     with pytest.raises(openai.APIStatusError) as info:
         gw.client().chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
     assert info.value.status_code == 502

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "agents" / "contas"
+from tests.support.paths import EXAMPLE_AGENT, ROOT
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -24,7 +23,7 @@ def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_good_directory_prints_ok_and_a_summary(tmp_path: Path) -> None:
-    result = run(str(EXAMPLE), cwd=tmp_path)
+    result = run(str(EXAMPLE_AGENT), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("ok:")
     line = next(li for li in result.stdout.splitlines() if li.strip().startswith("cancelar_vas_avulso"))
@@ -42,7 +41,7 @@ def test_an_agent_name_from_hatchway_yaml(tmp_path: Path) -> None:
 
 def test_a_broken_directory_lists_every_problem_with_file_and_path(tmp_path: Path) -> None:
     broken = tmp_path / "broken"
-    shutil.copytree(EXAMPLE, broken)
+    shutil.copytree(EXAMPLE_AGENT, broken)
     tools = (broken / "tools.yaml").read_text().replace("mcp_server: contas", "mcp_server: billing", 1)
     (broken / "tools.yaml").write_text(tools)
     policies = (broken / "tool_policies.yaml").read_text()
@@ -69,7 +68,7 @@ def test_a_directory_without_tools_yaml(tmp_path: Path) -> None:
 
 def test_the_plugin_is_validated_by_the_plugin_models(tmp_path: Path) -> None:
     broken = tmp_path / "broken"
-    shutil.copytree(EXAMPLE, broken)
+    shutil.copytree(EXAMPLE_AGENT, broken)
     plugin = (broken / "plugin.yaml").read_text().replace("type: none", "type: bearer")
     (broken / "plugin.yaml").write_text(plugin.replace("timeout_ms: 15000", "timeout_ms: '15000'"))
 
@@ -104,7 +103,7 @@ def _serve(tmp_path: Path, agent: dict[str, str]) -> subprocess.CompletedProcess
 
 def test_broken_agent_files_stop_the_start_with_file_and_field_path(tmp_path: Path) -> None:
     broken = tmp_path / "contas"
-    shutil.copytree(EXAMPLE, broken)
+    shutil.copytree(EXAMPLE_AGENT, broken)
     policies = (broken / "tool_policies.yaml").read_text().replace("requires: [items]", "requires: [itens]")
     (broken / "tool_policies.yaml").write_text(policies)
     files = {k: str(broken / f"{k}.yaml") for k in ("plugin", "tools", "tool_policies")}
@@ -117,6 +116,6 @@ def test_broken_agent_files_stop_the_start_with_file_and_field_path(tmp_path: Pa
 
 
 def test_an_agent_with_tools_needs_its_plugin(tmp_path: Path) -> None:
-    result = _serve(tmp_path, {"tools": str(EXAMPLE / "tools.yaml")})
+    result = _serve(tmp_path, {"tools": str(EXAMPLE_AGENT / "tools.yaml")})
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert "agents[0].plugin: required with tools" in result.stderr

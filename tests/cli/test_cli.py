@@ -4,35 +4,18 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 
-from tests.support.servers import wait_until
-
-HATCHWAY = [sys.executable, "-m", "hatchway"]
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def run(args: list[str], cwd: Path, **kw) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*HATCHWAY, *args], cwd=cwd, capture_output=True, text=True, timeout=60, **kw)
-
-
-def _config(tmp_path: Path, **overrides) -> Path:
-    path = tmp_path / "hatchway.yaml"
-    data = {
-        "database_url": f"sqlite+aiosqlite:///{tmp_path / 'h.db'}",
-        "providers": [{"id": "upstream", "base_url": "http://127.0.0.1:9/v1"}],
-    } | overrides
-    path.write_text(yaml.safe_dump(data))
-    return path
+from tests.support.cli import HATCHWAY, minimal_config, run
+from tests.support.paths import ROOT
+from tests.support.servers import free_port, wait_until
 
 
 def test_orgs_and_keys_create_print_only_the_key(tmp_path: Path) -> None:
-    config = _config(tmp_path)
+    config = minimal_config(tmp_path)
     created = run(["orgs", "create", "acme", "--config", str(config)], tmp_path)
     assert created.returncode == 0, created.stderr
     key = run(["keys", "create", "--org", "acme", "--config", str(config)], tmp_path)
@@ -74,11 +57,7 @@ def test_missing_config_file_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_serve_with_the_example_config_answers_healthz(tmp_path: Path) -> None:
     """What `make run` does: serve examples/hatchway.yaml with state under ./.hatchway/."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen(
         [*HATCHWAY, "serve", "--config", str(ROOT / "examples" / "hatchway.yaml"), "--port", str(port)],
         cwd=tmp_path,

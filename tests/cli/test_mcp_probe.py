@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 
+from tests.support.cli import HATCHWAY
 from tests.support.leak_scanner import SecretScanner
 from tests.support.mcp_servers import McpTestServer, stdio_command
+from tests.support.servers import free_port
 
-HATCHWAY = [sys.executable, "-m", "hatchway"]
 Factory = Callable[..., McpTestServer]
 
 
@@ -102,9 +101,7 @@ def test_a_bearer_token_comes_from_an_env_var_or_stdin_never_argv(
 
 
 def test_refusals_exit_non_zero_with_one_line_saying_why(tmp_path: Path) -> None:
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        closed = f"http://127.0.0.1:{s.getsockname()[1]}/mcp"
+    closed = f"http://127.0.0.1:{free_port()}/mcp"  # a port nobody listens on
 
     cases = {
         "unreachable": (

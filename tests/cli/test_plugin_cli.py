@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.cli.test_cli import run
+from tests.support.cli import run
 
 GOOD = """
 version: "1"

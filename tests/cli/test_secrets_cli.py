@@ -6,7 +6,6 @@ import asyncio
 import os
 import stat
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -17,9 +16,8 @@ from hatchway.errors import DecryptionError
 from hatchway.store.db import Database
 from hatchway.store.orgs import OrgStore
 from hatchway.vault import Vault, load_master_key
+from tests.support.cli import HATCHWAY
 from tests.support.leak_scanner import SecretScanner
-
-HATCHWAY = [sys.executable, "-m", "hatchway"]
 
 
 class Cli:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 import sqlite3
 import subprocess
 import threading
@@ -15,26 +14,12 @@ from pathlib import Path
 import httpx
 import yaml
 
-from tests.cli.test_cli import HATCHWAY
+from tests.support.cli import HATCHWAY
 from tests.support.gateway import create_org_key
 from tests.support.scripted_llm import Reply, ScriptedLLM
-from tests.support.servers import wait_until
+from tests.support.servers import accepts_connections, free_port, wait_until
 
 IN_FLIGHT = 8
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _accepts(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
 
 
 def test_sigterm_answers_requests_in_flight_and_keeps_their_log_records(
@@ -54,7 +39,7 @@ def test_sigterm_answers_requests_in_flight_and_keeps_their_log_records(
     key = asyncio.run(create_org_key(f"sqlite+aiosqlite:///{db_path}")).key
     gate = threading.Event()
     llm.default = Reply(text="held until the gateway is stopping", gate=gate)
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [*HATCHWAY, "serve", "--config", str(config), "--port", str(port), "--log-level", "warning"],
         cwd=tmp_path,
@@ -62,7 +47,7 @@ def test_sigterm_answers_requests_in_flight_and_keeps_their_log_records(
         stderr=subprocess.PIPE,
     )
     try:
-        wait_until(lambda: _accepts(port), timeout=30, message="hatchway serve to listen")
+        wait_until(lambda: accepts_connections(port), timeout=30, message="hatchway serve to listen")
 
         def ask(i: int) -> httpx.Response:
             return httpx.post(
@@ -76,7 +61,9 @@ def test_sigterm_answers_requests_in_flight_and_keeps_their_log_records(
             answers = [pool.submit(ask, i) for i in range(IN_FLIGHT)]
             wait_until(lambda: len(llm.requests) == IN_FLIGHT, timeout=30, message="every request upstream")
             proc.send_signal(signal.SIGTERM)
-            wait_until(lambda: not _accepts(port), timeout=30, message="the gateway to stop listening")
+            wait_until(
+                lambda: not accepts_connections(port), timeout=30, message="the gateway to stop listening"
+            )
             gate.set()  # only now does the upstream answer: the gateway is shutting down
             responses = [answer.result(timeout=30) for answer in answers]
         _, stderr = proc.communicate(timeout=30)

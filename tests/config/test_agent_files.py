@@ -13,8 +13,7 @@ from hatchway.config.agents import OperationType
 from hatchway.config.settings import load_settings
 from hatchway.engine.tools.operations.specs import tool_specs
 from hatchway.errors import ConfigError
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "agents" / "contas"
+from tests.support.paths import EXAMPLE_AGENT
 
 TOOLS: dict[str, Any] = {
     "tools": {
@@ -60,7 +59,7 @@ def _paths(files: AgentFiles) -> dict[str, list[str]]:
 
 
 def test_the_example_agent_loads_with_its_policies() -> None:
-    agent = load_agent_tools(agent_files_in(EXAMPLE))
+    agent = load_agent_tools(agent_files_in(EXAMPLE_AGENT))
     assert agent.plugin_servers == ["contas"]
     cancel = agent.policy("cancelar_vas_avulso")
     assert cancel.operation_type is OperationType.TRANSACTIONAL and cancel.require_confirmation
@@ -258,6 +257,6 @@ def test_hatchway_yaml_takes_an_operations_block(tmp_path: Path) -> None:
 
 
 def test_the_example_hatchway_yaml_declares_the_contas_agent() -> None:
-    settings = load_settings(EXAMPLE.parents[1] / "hatchway.yaml")
+    settings = load_settings(EXAMPLE_AGENT.parents[1] / "hatchway.yaml")
     agent = next(a for a in settings.agents if a.name == "contas")
-    assert agent.name == "contas" and settings.resolve_path(agent.tools or "") == EXAMPLE / "tools.yaml"
+    assert agent.name == "contas" and settings.resolve_path(agent.tools or "") == EXAMPLE_AGENT / "tools.yaml"

@@ -23,8 +23,8 @@ from hatchway.config.plugin import validate_plugin
 from hatchway.config.schema import SCHEMA_KINDS, json_schema
 from hatchway.config.settings import Settings
 from hatchway.errors import ConfigError
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").rglob("*.yaml"))
 MODELINE = re.compile(r"^# yaml-language-server: \$schema=(\S+)$")
 

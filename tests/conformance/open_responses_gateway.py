@@ -23,7 +23,7 @@ from pathlib import Path
 from tests.support.gateway import base_config, create_org_key, write_config
 from tests.support.open_responses import deterministic_model
 from tests.support.scripted_llm import ScriptedLLM
-from tests.support.servers import wait_until
+from tests.support.servers import answers_healthz, wait_until
 
 
 def _interrupt(*_: object) -> None:
@@ -48,7 +48,9 @@ def main() -> int:
             [sys.executable, "-m", "hatchway", "serve", "--config", str(path), "--port", str(port)]
         )
         try:
-            wait_until(lambda: _up(port) or serve.poll() is not None, timeout=30)
+            wait_until(
+                lambda: answers_healthz(f"http://127.0.0.1:{port}") or serve.poll() is not None, timeout=30
+            )
             print(f"--base-url http://127.0.0.1:{port}/v1 --api-key {key} --model gpt-4o-mini", flush=True)
             serve.wait()
         except KeyboardInterrupt:
@@ -59,15 +61,6 @@ def main() -> int:
                 serve.wait(timeout=10)
             llm.stop()
     return 0
-
-
-def _up(port: int) -> bool:
-    import httpx
-
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
-    except httpx.TransportError:
-        return False
 
 
 if __name__ == "__main__":

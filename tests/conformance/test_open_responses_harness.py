@@ -13,20 +13,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support.paths import ROOT
+from tests.support.servers import free_port
 
 
 def test_the_open_responses_harness_passes_against_hatchway_serve() -> None:
@@ -38,7 +32,7 @@ def test_the_open_responses_harness_passes_against_hatchway_serve() -> None:
             "openresponses/openresponses (with zod installed) and HATCHWAY_BUN to a bun binary"
         )
     gateway = subprocess.Popen(
-        [sys.executable, "-m", "tests.conformance.open_responses_gateway", "--port", str(_free_port())],
+        [sys.executable, "-m", "tests.conformance.open_responses_gateway", "--port", str(free_port())],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,9 +17,9 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.servers import wait_until
+from tests.support.paths import ROOT
+from tests.support.servers import free_port, wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
 DEMO_ENV = ("HATCHWAY_DEMO_BASE_URL", "HATCHWAY_DEMO_API_KEY", "HATCHWAY_DEMO_MODEL", "HATCHWAY_DATABASE_URL")
 
 
@@ -96,12 +95,6 @@ def test_the_demo_plays_three_stories_and_says_where_to_look(tmp_path: Path) -> 
     assert logs.returncode == 0, logs.stderr
     models = [record["model"] for record in json.loads(logs.stdout)]
     assert models.count("agent:research") == 1 and models.count("agent:orchestrator") == 4
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_failing_story_makes_the_demo_exit_non_zero_with_the_reason(tmp_path: Path) -> None:

@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -20,15 +19,15 @@ import openai
 import pytest
 
 from hatchway.config.settings import load_settings
+from tests.support.backends import PG_URL, REDIS_URL
 from tests.support.gateway import OrgKey, create_org_key
-from tests.support.replicas import Replicas, free_port, purge_redis, replica_config, unique_redis_prefix
+from tests.support.paths import ROOT
+from tests.support.replicas import Replicas, purge_redis, replica_config, unique_redis_prefix
 from tests.support.scripted_llm import Reply, ScriptedLLM
-from tests.support.servers import wait_until
+from tests.support.servers import answers_healthz, free_port, wait_until
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+DEPLOY = ROOT / "deploy"
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
-PG_URL = os.environ.get("HATCHWAY_TEST_DATABASE_URL")
-REDIS_URL = os.environ.get("HATCHWAY_TEST_REDIS_URL") or ""
 needs_nginx = pytest.mark.skipif(
     not os.path.exists(NGINX), reason="nginx not installed (apt-get install nginx-light)"
 )
@@ -81,13 +80,6 @@ def _requests_served(metrics: str, route: str) -> float:
     return sum(float(v) for v in re.findall(pattern, metrics, flags=re.M))
 
 
-@pytest.fixture
-def upstream() -> Iterator[ScriptedLLM]:
-    server = ScriptedLLM().start()
-    yield server
-    server.stop()
-
-
 @needs_nginx
 @pytest.mark.postgres
 @pytest.mark.redis
@@ -95,12 +87,10 @@ def upstream() -> Iterator[ScriptedLLM]:
     not (PG_URL and REDIS_URL), reason="needs HATCHWAY_TEST_DATABASE_URL and HATCHWAY_TEST_REDIS_URL"
 )
 def test_two_replicas_and_a_worker_behind_nginx(
-    tmp_path: Path, pg_database_url: str, upstream: ScriptedLLM
+    tmp_path: Path, pg_database_url: str, llm: ScriptedLLM
 ) -> None:
     prefix = unique_redis_prefix()
-    replicas = Replicas(
-        tmp_path, replica_config(tmp_path, pg_database_url, REDIS_URL, prefix, upstream.base_url)
-    )
+    replicas = Replicas(tmp_path, replica_config(tmp_path, pg_database_url, REDIS_URL, prefix, llm.base_url))
     nginx: subprocess.Popen[bytes] | None = None
     nginx_log = (tmp_path / "nginx.log").open("wb")
     try:
@@ -110,10 +100,10 @@ def test_two_replicas_and_a_worker_behind_nginx(
         run, main = nginx_files(tmp_path, listen, [a.port, b.port])
         nginx = subprocess.Popen([NGINX, "-p", str(run), "-c", str(main), "-e", "stderr"], stderr=nginx_log)
         front = f"http://127.0.0.1:{listen}"
-        wait_until(lambda: _up(front), timeout=20, interval=0.1, message="nginx to answer")
+        wait_until(lambda: answers_healthz(front), timeout=20, interval=0.1, message="nginx to answer")
         org: OrgKey = asyncio.run(create_org_key(pg_database_url))
         client = openai.OpenAI(base_url=f"{front}/v1", api_key=org.key, max_retries=0, timeout=60)
-        upstream.default = Reply(text="through the balancer, in several chunks")
+        llm.default = Reply(text="through the balancer, in several chunks")
 
         answers = [
             client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
@@ -133,9 +123,9 @@ def test_two_replicas_and_a_worker_behind_nginx(
         )
 
         assert {a.choices[0].message.content for a in answers} == {"through the balancer, in several chunks"}
-        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == upstream.default.text
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == llm.default.text
         assert len(chunks) > 3  # server-sent events came through unbuffered, as several chunks
-        assert done.output_text == upstream.default.text
+        assert done.output_text == llm.default.text
         for replica in (a, b):  # round-robin: both replicas served chat completions
             metrics = httpx.get(f"{replica.url}/metrics").text
             assert _requests_served(metrics, "/v1/chat/completions") >= 2, replica.name
@@ -147,10 +137,3 @@ def test_two_replicas_and_a_worker_behind_nginx(
         nginx_log.close()
         replicas.stop()
         purge_redis(REDIS_URL, prefix)
-
-
-def _up(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
-    except httpx.TransportError:
-        return False

@@ -11,8 +11,7 @@ from pathlib import Path
 from hatchway.docs import error_catalogue
 from hatchway.docs.error_codes import scan
 from hatchway.docs.generate import generated_files, stale_files, write_files
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import ROOT
 
 
 def test_the_committed_docs_are_what_the_code_generates() -> None:

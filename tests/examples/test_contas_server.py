@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,15 +14,10 @@ from examples.contas_server import split_subject
 from mcp import Client
 
 from tests.support.contas import RunningContas
-from tests.support.servers import wait_until
+from tests.support.paths import ROOT
+from tests.support.servers import free_port, wait_until
 
 pytestmark = pytest.mark.anyio
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 async def _call(url: str, tool: str, arguments: dict[str, Any], **meta: Any) -> tuple[bool, Any]:
@@ -139,9 +133,7 @@ async def test_orders_are_read_only_with_ok_per_item(contas: RunningContas) -> N
 
 
 def test_runs_as_a_module_on_a_port(tmp_path: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "examples.contas_server", "--port", str(port)],
         cwd=ROOT,

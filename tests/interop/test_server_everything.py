@@ -8,9 +8,7 @@ lists and calls the same tools.
 
 from __future__ import annotations
 
-import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,11 +17,11 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.cli import HATCHWAY
 from tests.support.node_tools import node_bin, node_env, package_file
 from tests.support.scripted_llm import Reply, ScriptedLLM
-from tests.support.servers import wait_until
+from tests.support.servers import accepts_connections, free_port, wait_until
 
-HATCHWAY = [sys.executable, "-m", "hatchway"]
 TRANSPORTS = ["stdio", "streamable_http", "sse"]
 
 
@@ -33,17 +31,6 @@ class Everything:
 
     entry: dict[str, Any]
     probe_target: list[str]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 @pytest.fixture(params=TRANSPORTS)
@@ -64,7 +51,7 @@ def everything(request: pytest.FixtureRequest) -> Iterator[Everything]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_until(lambda: listening(port) or process.poll() is not None, timeout=20)
+        wait_until(lambda: accepts_connections(port) or process.poll() is not None, timeout=20)
         assert process.poll() is None, f"server-everything ({mode}) exited with {process.returncode}"
         if transport == "sse":
             url = f"http://127.0.0.1:{port}/sse"

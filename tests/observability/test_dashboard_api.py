@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,11 +10,12 @@ import httpx
 
 from hatchway.config.plugin import McpServerConfig
 from hatchway.observability.mcp_status import public_location
-from tests.api.test_chat_mcp_loop import rounds, summarise, write_plugin
+from tests.support.agent_loop import rounds, summarise, write_plugin
 from tests.support.gateway import RunningGateway
 from tests.support.leak_scanner import SecretScanner
 from tests.support.mcp_servers import McpTestServer
 from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.support.servers import free_port
 
 
 def get(gateway: RunningGateway, path: str, key: str | None = None, **params: Any) -> httpx.Response:
@@ -25,12 +25,6 @@ def get(gateway: RunningGateway, path: str, key: str | None = None, **params: An
         headers={"authorization": f"Bearer {key or gateway.key}"},
         timeout=30,
     )
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_mcp_servers_report_reachability_tools_and_the_last_error(
@@ -53,7 +47,7 @@ def test_mcp_servers_report_reachability_tools_and_the_last_error(
                     "auth": {"type": "bearer", "secret_ref": "secret.tok"},
                     "max_retries": 0,
                 },
-                {"id": "down", "url": f"http://127.0.0.1:{closed_port()}/mcp", "max_retries": 0},
+                {"id": "down", "url": f"http://127.0.0.1:{free_port()}/mcp", "max_retries": 0},
             ]
         },
     )

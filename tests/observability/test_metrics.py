@@ -7,31 +7,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.api.test_chat_mcp_loop import rounds, rule_for, summarise
-from tests.support.gateway import RunningGateway
+from tests.support.agent_loop import USER, rounds, rule_for, summarise
 from tests.support.mcp_servers import McpTestServer
+from tests.support.metrics import scrape, value
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.servers import wait_until
-
-USER = [{"role": "user", "content": "go"}]
-
-
-def scrape(gateway: RunningGateway) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    """Every sample of ``/metrics`` as {(name, labels): value}; no key is needed."""
-    response = httpx.get(f"{gateway.url}/metrics")
-    assert response.status_code == 200
-    assert response.headers["content-type"].startswith("text/plain")
-    return {
-        (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(response.text)
-        for s in family.samples
-    }
-
-
-def value(samples: dict, name: str, **labels: str) -> float:
-    return samples.get((name, frozenset(labels.items())), 0.0)
 
 
 def test_series_move_when_a_run_happens(

@@ -14,14 +14,13 @@ import openai
 import pytest
 
 from hatchway.store.logs import run_links
-from tests.api.test_chat_mcp_loop import log_of, rounds, rule_for, summarise, tool_steps
+from tests.support.agent_loop import USER, log_of, rounds, rule_for, summarise, tool_steps
 from tests.support.gateway import RunningGateway
 from tests.support.leak_scanner import SecretScanner
 from tests.support.mcp_servers import McpTestServer
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.servers import wait_until
 
-USER = [{"role": "user", "content": "go"}]
 TWO_ROUNDS = (
     Reply(
         tool_calls=[("search__echo", {"text": "lisboa"}), ("calc__add", {"a": 2, "b": 3})],

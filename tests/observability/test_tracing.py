@@ -20,12 +20,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tests.api.test_chat_mcp_loop import rounds, rule_for, summarise
+from tests.support.agent_loop import USER, rounds, rule_for, summarise
 from tests.support.mcp_servers import McpTestServer
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.servers import ServerThread, wait_until
-
-USER = [{"role": "user", "content": "go"}]
 
 
 @pytest.fixture

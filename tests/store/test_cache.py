@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 
 import pytest
 
 from hatchway.store.cache import Cache, MemoryCache
+from tests.support.backends import REDIS_URL
 
 pytestmark = pytest.mark.anyio
-REDIS_URL = os.environ.get("HATCHWAY_TEST_REDIS_URL")
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])

@@ -14,11 +14,6 @@ from hatchway.store.db import MIGRATIONS_DIR, Database, script_heads
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def test_script_heads_are_alembics_heads() -> None:
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))

@@ -17,20 +17,6 @@ from hatchway.store.tables import ApiKey, RequestLog
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def db(database_url: str):
-    database = Database(database_url)
-    await database.migrate()
-    await database.migrate()  # idempotent: a second start applies nothing
-    yield database
-    await database.close()
-
-
 def _name() -> str:
     return f"org-{uuid.uuid4().hex[:8]}"
 

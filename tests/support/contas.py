@@ -13,10 +13,18 @@ import yaml
 from examples.contas_server import ContasBackend, create_app
 
 from tests.support.mcp_caller import ClientCaller
+from tests.support.paths import EXAMPLE_AGENT
 from tests.support.scripted_llm import Reply
 from tests.support.servers import ServerThread
 
-EXAMPLE_AGENT = Path(__file__).resolve().parents[2] / "examples" / "agents" / "contas"
+ABC = {"subject": "Produto A, Produto B e Produto C"}
+"""The cancellation the tests ask for; the example server fails Produto B (``not_found``)."""
+ASK = "cancele Produto A, Produto B e Produto C"
+"""The user's request for it, as ``contas_model`` reads it."""
+QUESTION = "Você confirma o cancelamento de Produto A, Produto B e Produto C?"
+"""What the agent asks before executing."""
+ANSWER = "PARTIAL_SUCCESS — Produto A: cancelado; Produto B: falhou (not_found); Produto C: cancelado."
+"""What ``contas_model`` answers once it has executed."""
 
 
 class RunningContas:

@@ -19,9 +19,13 @@ import asyncio
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from sqlalchemy.engine.url import make_url
+
+if TYPE_CHECKING:
+    from tests.support.gateway import RunningGateway
 
 _FORMAT = logging.Formatter("%(name)s %(levelname)s %(message)s")
 _UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")  # they do not propagate to root
@@ -145,3 +149,17 @@ def secret_scanner(
     scanner.observe("stdout", out)
     scanner.observe("stderr", err)
     scanner.assert_clean()
+
+
+def put_secret(
+    gateway: RunningGateway,
+    key: str,
+    name: str,
+    value: str,
+    scanner: SecretScanner,
+    hosts: list[str] | None = None,
+) -> None:
+    """``PUT /v1/secrets/{name}`` as ``key``'s organisation, the response handed to ``scanner``."""
+    response = gateway.put_secret(name, value, key=key, allowed_hosts=hosts)
+    scanner.observe(f"PUT /v1/secrets/{name}", response.text)
+    assert response.status_code in (200, 201), response.text

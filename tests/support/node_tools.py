@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import ROOT
+
 INSTALL = (
     "npm install --prefix .ci/node node@22 @modelcontextprotocol/conformance@0.1.16 "
     "@modelcontextprotocol/server-everything@2026.8.31  (what .ci/run does)"

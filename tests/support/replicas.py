@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import uuid
@@ -28,15 +27,8 @@ import httpx
 import openai
 import yaml
 
-from tests.support.servers import wait_until
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support.paths import ROOT
+from tests.support.servers import free_port, wait_until
 
 
 def unique_redis_prefix() -> str:

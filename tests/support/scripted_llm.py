@@ -88,3 +88,8 @@ class ScriptedLLM:
 
     def stop(self) -> None:
         self.server.stop()
+
+
+def max_overlap(starts: list[float], duration: float) -> int:
+    """The most calls in flight at once, from when each started and how long each took (its delay)."""
+    return max(sum(1 for s in starts if s <= t < s + duration) for t in starts)

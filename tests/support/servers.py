@@ -8,6 +8,7 @@ import threading
 import time
 from typing import Any
 
+import httpx
 import uvicorn
 
 
@@ -82,3 +83,27 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message}")
         time.sleep(interval)
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on: free to bind, or to dial and be refused."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def accepts_connections(port: int) -> bool:
+    """Whether something accepts TCP connections on the loopback ``port``."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def answers_healthz(base_url: str) -> bool:
+    """Whether ``GET {base_url}/healthz`` answers 200 (False while nothing answers yet)."""
+    try:
+        return httpx.get(f"{base_url}/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False

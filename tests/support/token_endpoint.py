@@ -39,6 +39,16 @@ from starlette.routing import Route
 from tests.support.servers import ServerThread
 
 
+class Clock:
+    """Wall-clock stand-in the test moves forward by hand (``VaultCredentials(clock=…)``)."""
+
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @dataclass
 class TokenRequest:
     headers: dict[str, str]

@@ -14,17 +14,17 @@ import pytest
 from hatchway.config.agent_files import agent_files_in, load_agent_tools
 from hatchway.engine.context import Principal, RunContext
 from hatchway.engine.tools.operations.service import OperationService
-from tests.api.test_chat_mcp_loop import rounds, rule_for, summarise
+from tests.support.agent_loop import rounds, rule_for, summarise
 from tests.support.browser import Dashboard
 from tests.support.contas import RunningContas
 from tests.support.gateway import RunningGateway
 from tests.support.mcp_servers import McpTestServer
+from tests.support.paths import EXAMPLE_AGENT
 from tests.support.scripted_llm import Reply, ScriptedLLM
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
 expect = sync_api.expect
 Page = sync_api.Page
-EXAMPLE_AGENT = Path(__file__).resolve().parents[2] / "examples" / "agents" / "contas"
 
 
 def sign_in(dashboard: Dashboard, gateway: RunningGateway, key: str | None = None) -> Page:
@@ -124,11 +124,6 @@ def test_add_a_secret_and_see_it_listed_without_its_value(
     expect(page.get_by_text("No secrets yet.")).to_be_visible()
 
 
-@pytest.fixture
-def ops_gateway(gateway_factory, contas: RunningContas, tmp_path: Path) -> RunningGateway:
-    return gateway_factory(agents=[contas.agent(tmp_path / "contas")])
-
-
 def pending_operation(gateway: RunningGateway, contas: RunningContas) -> str:
     """A cancellation put up for confirmation by the real operations flow against the example server."""
     assert gateway.org is not None
@@ -144,10 +139,10 @@ def pending_operation(gateway: RunningGateway, contas: RunningContas) -> str:
 
 
 def test_confirm_a_pending_operation_and_see_its_verdict(
-    ops_gateway: RunningGateway, contas: RunningContas, dashboard: Dashboard
+    agent_gateway: RunningGateway, contas: RunningContas, dashboard: Dashboard
 ) -> None:
-    op_id = pending_operation(ops_gateway, contas)
-    page = sign_in(dashboard, ops_gateway)
+    op_id = pending_operation(agent_gateway, contas)
+    page = sign_in(dashboard, agent_gateway)
     page.get_by_role("link", name="Operations").click()
 
     pending = page.get_by_role("region", name="Pending (1)")

@@ -21,19 +21,6 @@ from tests.support.leak_scanner import SecretScanner
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def db(database_url: str):
-    database = Database(database_url)
-    await database.migrate()
-    yield database
-    await database.close()
-
-
 async def _org(db: Database) -> str:
     return (await OrgStore(db).create_org(f"org-{uuid.uuid4().hex[:8]}")).id
 

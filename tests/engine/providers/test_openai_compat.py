@@ -14,11 +14,6 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def short_keepalive_llm():
     # uvicorn closes idle keep-alive connections after this long (its default is 5 s).
     server = ScriptedLLM(timeout_keep_alive=0.2).start()

@@ -30,11 +30,6 @@ SILENT_CLOSE = b""
 OK = b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n{"ok":true}'
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class Upstream:
     """A TCP server that reads whole requests and answers each with ``respond(n, k)``'s bytes, ``n``
     counting the requests it received in all and ``k`` those on this connection.

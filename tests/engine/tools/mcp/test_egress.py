@@ -12,11 +12,6 @@ from hatchway.errors import PermissionDenied
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.mark.parametrize(
     ("address", "reason"),
     [

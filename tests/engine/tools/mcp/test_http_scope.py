@@ -12,11 +12,6 @@ from hatchway.engine.tools.mcp.http import EgressDenied, ScopedTransport, reques
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class Capture:
     def __init__(self, status: int = 200) -> None:
         self.requests: list[httpx2.Request] = []

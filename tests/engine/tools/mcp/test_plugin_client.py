@@ -6,7 +6,7 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -20,18 +20,6 @@ from hatchway.errors import McpServerError, ToolOutcomeUnknown, ToolTimeout
 from tests.support.mcp_servers import BearerCredentials, McpTestServer, NoCredentials, stdio_command
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def pool() -> AsyncIterator[McpServerPool]:
-    pool = McpServerPool()
-    yield pool
-    await pool.aclose()  # before the servers stop: their open event streams end with it
 
 
 def plugin_of(*servers: dict[str, Any]) -> PluginConfig:

@@ -25,22 +25,9 @@ from hatchway.vault import MasterKey, Vault
 from tests.support.leak_scanner import SecretScanner
 from tests.support.mcp_servers import McpTestServer
 from tests.support.server_configs import run_context
-from tests.support.token_endpoint import IssuedTokens, TokenEndpoint
+from tests.support.token_endpoint import Clock, IssuedTokens, TokenEndpoint
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @dataclass
@@ -78,28 +65,21 @@ class Bench:
 
 @pytest.fixture
 async def bench(
-    secret_scanner: SecretScanner, tmp_path: Path, mcp_server_factory: Callable[..., McpTestServer]
+    secret_scanner: SecretScanner,
+    tmp_path: Path,
+    mcp_server_factory: Callable[..., McpTestServer],
+    sqlite_db: Database,
 ) -> AsyncIterator[Bench]:
     idp = TokenEndpoint(tmp_path).start()
     billing = mcp_server_factory("billing", token_verifier=IssuedTokens(idp))
-    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'vault.db'}")
-    await db.migrate()
-    vault = Vault(db, MasterKey.generate("test"))
-    org = (await OrgStore(db).create_org(f"org-{uuid.uuid4().hex[:8]}")).id
+    vault = Vault(sqlite_db, MasterKey.generate("test"))
+    org = (await OrgStore(sqlite_db).create_org(f"org-{uuid.uuid4().hex[:8]}")).id
     client_secret = f"cs-{uuid.uuid4().hex}"
     secret_scanner.watch(client_secret)
     await vault.put(org, "billing_client_secret", client_secret)
     yield Bench(idp, billing, vault, org, Clock())
-    await db.close()
     idp.stop()
     secret_scanner.watch(*idp.issued)
-
-
-@pytest.fixture
-async def pool() -> AsyncIterator[McpServerPool]:
-    pool = McpServerPool()
-    yield pool
-    await pool.aclose()
 
 
 async def test_a_failing_token_endpoint_is_asked_once_per_call_and_never_retried(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -31,18 +30,9 @@ CODE = server(
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def vault(tmp_path: Path, secret_scanner: SecretScanner):
-    url = f"sqlite+aiosqlite:///{tmp_path / 'vault.db'}"
-    db = Database(url)
-    await db.migrate()
-    secret_scanner.watch_database(url)
-    yield Vault(db, MasterKey.generate("test"))
-    await db.close()
+def vault(sqlite_db: Database, secret_scanner: SecretScanner) -> Vault:
+    secret_scanner.watch_database(sqlite_db.url)
+    return Vault(sqlite_db, MasterKey.generate("test"))
 
 
 async def _org(vault: Vault) -> str:

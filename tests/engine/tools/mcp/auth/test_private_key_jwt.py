@@ -28,11 +28,6 @@ CLIENT_ID = "hatchway-machine-client"
 KEY_NAME = "mcp_signing_key"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def key_pair(kind: str) -> tuple[str, str]:
     """(private PEM, public PEM) for an EC P-256 or an RSA-2048 key."""
     key = ec.generate_private_key(ec.SECP256R1()) if kind == "ec" else rsa.generate_private_key(65537, 2048)
@@ -79,17 +74,13 @@ class Setup:
 
 
 @pytest.fixture
-async def setup(secret_scanner: SecretScanner, tmp_path: Path) -> AsyncIterator[Setup]:
+async def setup(secret_scanner: SecretScanner, tmp_path: Path, sqlite_db: Database) -> AsyncIterator[Setup]:
     endpoint = TokenEndpoint(tmp_path, client_id=CLIENT_ID).start()
-    url = f"sqlite+aiosqlite:///{tmp_path / 'vault.db'}"
-    db = Database(url)
-    await db.migrate()
-    vault = Vault(db, MasterKey.generate("test"))
-    org = (await OrgStore(db).create_org(f"org-{uuid.uuid4().hex[:8]}")).id
-    secret_scanner.watch_database(url)
+    vault = Vault(sqlite_db, MasterKey.generate("test"))
+    org = (await OrgStore(sqlite_db).create_org(f"org-{uuid.uuid4().hex[:8]}")).id
+    secret_scanner.watch_database(sqlite_db.url)
     yield Setup(endpoint, vault, org, secret_scanner)
     endpoint.stop()
-    await db.close()
     secret_scanner.watch(*endpoint.issued)
 
 

@@ -24,27 +24,13 @@ from hatchway.store.orgs import OrgStore
 from hatchway.vault import MasterKey, Vault
 from tests.support.leak_scanner import SecretScanner
 from tests.support.server_configs import run_context, server, unchecked_server
+from tests.support.token_endpoint import Clock
 from tests.support.token_endpoint import TokenEndpoint as TokenServer
 
 pytestmark = pytest.mark.anyio
 
 CLIENT_ID = "hatchway agent+1"  # a space and a '+' check the form-urlencoding of Basic credentials
 SECRET_NAME = "mcp_oauth_client_secret"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-class Clock:
-    """Wall-clock stand-in the test moves forward by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class CountingCache(MemoryCache):
@@ -74,13 +60,10 @@ class Setup:
 
 
 @pytest.fixture
-async def setup(secret_scanner: SecretScanner, tmp_path: Path):
+async def setup(secret_scanner: SecretScanner, tmp_path: Path, sqlite_db: Database):
     endpoint = TokenServer(tmp_path).start()
-    url = f"sqlite+aiosqlite:///{tmp_path / 'vault.db'}"
-    db = Database(url)
-    await db.migrate()
-    vault = Vault(db, MasterKey.generate("test"))
-    org = (await OrgStore(db).create_org(f"org-{uuid.uuid4().hex[:8]}")).id
+    vault = Vault(sqlite_db, MasterKey.generate("test"))
+    org = (await OrgStore(sqlite_db).create_org(f"org-{uuid.uuid4().hex[:8]}")).id
     client_secret = f"cs:{uuid.uuid4().hex}/+="  # characters Basic auth must form-encode
     await vault.put(org, SECRET_NAME, client_secret, ["localhost", "mcp.example.com"])
     billing = server(
@@ -93,10 +76,9 @@ async def setup(secret_scanner: SecretScanner, tmp_path: Path):
         scopes=["b.read", "b.write"],
     )
     secret_scanner.watch(client_secret)
-    secret_scanner.watch_database(url)
+    secret_scanner.watch_database(sqlite_db.url)
     yield Setup(endpoint, vault, org, client_secret, billing, Clock())
     endpoint.stop()
-    await db.close()
     secret_scanner.watch(*endpoint.issued)
 
 

@@ -25,12 +25,11 @@ from hatchway.engine.tools.operations.store import EXPIRED, OperationDraft, Oper
 from hatchway.gateway import Gateway
 from hatchway.store.db import Database
 from hatchway.store.tables import utcnow
-from tests.engine.operations.conftest import make_ctx
-from tests.support.contas import RunningContas
+from tests.support.contas import ABC, RunningContas
+from tests.support.operations import make_ctx
 
 pytestmark = pytest.mark.anyio
 S = OperationStatus
-SUBJECT = {"subject": "Produto A, Produto B e Produto C"}
 
 
 def _org() -> str:
@@ -57,7 +56,7 @@ async def _pending(
 ):
     service = OperationService("contas", agent_tools, store)
     step = await service.call(
-        "cancelar_vas_avulso", SUBJECT, make_ctx(org, session), contas.caller(), call_id="call_1"
+        "cancelar_vas_avulso", ABC, make_ctx(org, session), contas.caller(), call_id="call_1"
     )
     assert step.kind is ResultKind.NEEDS_CONFIRMATION
     assert step.operation is not None

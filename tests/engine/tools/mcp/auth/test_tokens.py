@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import uuid
 from collections.abc import AsyncIterator
 
@@ -17,15 +16,10 @@ import pytest
 from hatchway.engine.tools.mcp.auth.oauth import AccessToken
 from hatchway.engine.tools.mcp.auth.tokens import TokenCache
 from hatchway.store.cache import Cache, MemoryCache
+from tests.support.backends import REDIS_URL
 
 pytestmark = pytest.mark.anyio
-REDIS_URL = os.environ.get("HATCHWAY_TEST_REDIS_URL")
 WAITING = "another replica is fetching it"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])

@@ -9,10 +9,9 @@ from typing import Any
 
 from openai.types.responses import Response
 
-from tests.api.test_responses_stream import raw_events
-from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.support.responses_api import raw_events
+from tests.support.scripted_llm import Reply, ScriptedLLM, max_overlap
 from tests.support.servers import wait_until
-from tests.test_delegation import max_overlap
 
 
 def agent(max_concurrent: int = 4, max_depth: int = 1) -> dict[str, Any]:

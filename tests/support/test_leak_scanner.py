@@ -13,8 +13,7 @@ from sqlalchemy import text
 
 from hatchway.store.db import Database
 from tests.support.leak_scanner import SecretScanner
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import ROOT
 
 
 def test_it_finds_a_value_in_observed_text_and_in_hex() -> None:

@@ -10,7 +10,6 @@ that had started is never run again — its lease lapses and it ends ``failed``.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,7 +21,8 @@ from saq.job import Job, Status
 from saq.queue.redis import RedisQueue
 from saq.utils import now
 
-from tests.support.gateway import OrgKey, create_org_key
+from tests.support.backends import PG_URL, REDIS_URL
+from tests.support.gateway import OrgKey
 from tests.support.replicas import (
     HatchwayProcess,
     Replicas,
@@ -34,8 +34,6 @@ from tests.support.replicas import (
 )
 from tests.support.scripted_llm import Reply, ScriptedLLM
 
-PG_URL = os.environ.get("HATCHWAY_TEST_DATABASE_URL")
-REDIS_URL = os.environ.get("HATCHWAY_TEST_REDIS_URL") or ""
 pytestmark = [
     pytest.mark.postgres,
     pytest.mark.redis,
@@ -73,11 +71,6 @@ def pair(
     finally:
         replicas.stop()
         purge_redis(REDIS_URL, prefix)
-
-
-@pytest.fixture
-def org(pg_database_url: str) -> OrgKey:
-    return asyncio.run(create_org_key(pg_database_url))
 
 
 @pytest.fixture
@@ -148,19 +141,19 @@ def finished_job(pair: Pair, response_id: str, timeout: float = 30.0) -> Job:
 
 
 def test_queued_on_a_runs_on_a_worker_and_is_polled_to_completion_on_b(
-    pair: Pair, upstream: ScriptedLLM, org: OrgKey, work: Callable[[str], HatchwayProcess]
+    pair: Pair, upstream: ScriptedLLM, pg_org: OrgKey, work: Callable[[str], HatchwayProcess]
 ) -> None:
     upstream.handler = answer_by_input({"queue me": Reply(text="worked off the queue", delay=0.2)})
     worker = work("w1")
     # The worker's readiness as a replica sees it: /readyz counts the workers reporting in.
     eventually(lambda: (pair.b.ready() or {}).get("queue_workers", 0) >= 1, 20, "B to count the worker")
 
-    created = pair.a.client(org.key).responses.create(
+    created = pair.a.client(pg_org.key).responses.create(
         model="gpt-4o", input="queue me", background=True, metadata={"k": "v"}
     )
 
     assert created.status == "queued"
-    done = status_of(pair, pair.b.client(org.key), created.id, ("completed",), timeout=60)
+    done = status_of(pair, pair.b.client(pg_org.key), created.id, ("completed",), timeout=60)
     assert done.output_text == "worked off the queue" and done.metadata == {"k": "v"}
     assert f"running background response {created.id}" in worker.log()  # A and B run no jobs
     job = saq_job(pair, created.id)
@@ -170,19 +163,19 @@ def test_queued_on_a_runs_on_a_worker_and_is_polled_to_completion_on_b(
 
 
 def test_a_worker_killed_mid_run_leaves_the_response_failed_and_it_is_not_run_again(
-    pair: Pair, upstream: ScriptedLLM, org: OrgKey, work: Callable[[str], HatchwayProcess]
+    pair: Pair, upstream: ScriptedLLM, pg_org: OrgKey, work: Callable[[str], HatchwayProcess]
 ) -> None:
     started = {"kill me": threading.Event()}
     upstream.handler = answer_by_input({"kill me": Reply(text="never", delay=120)}, started)
     first = work("w1")
-    created = pair.a.client(org.key).responses.create(model="gpt-4o", input="kill me", background=True)
-    status_of(pair, pair.b.client(org.key), created.id, ("in_progress",), timeout=30)
+    created = pair.a.client(pg_org.key).responses.create(model="gpt-4o", input="kill me", background=True)
+    status_of(pair, pair.b.client(pg_org.key), created.id, ("in_progress",), timeout=30)
     assert started["kill me"].wait(30), pair.replicas.logs()
 
     first.kill()
     second = work("w2")  # the next worker: the queue hands it the dead worker's job
 
-    failed = status_of(pair, pair.b.client(org.key), created.id, ("failed",), timeout=60)
+    failed = status_of(pair, pair.b.client(pg_org.key), created.id, ("failed",), timeout=60)
     assert failed.error is not None and failed.error.code == "server_error"
     assert "stopped" in failed.error.message  # the owner's lease lapsed: "…stopped (crash or restart)…"
     job = finished_job(pair, created.id, timeout=60)
@@ -192,10 +185,10 @@ def test_a_worker_killed_mid_run_leaves_the_response_failed_and_it_is_not_run_ag
 
 
 def test_a_job_whose_worker_died_before_starting_the_run_is_retried_and_completes(
-    pair: Pair, upstream: ScriptedLLM, org: OrgKey, work: Callable[[str], HatchwayProcess]
+    pair: Pair, upstream: ScriptedLLM, pg_org: OrgKey, work: Callable[[str], HatchwayProcess]
 ) -> None:
     upstream.handler = answer_by_input({"retry me": Reply(text="ran on the retry")})
-    created = pair.a.client(org.key).responses.create(model="gpt-4o", input="retry me", background=True)
+    created = pair.a.client(pg_org.key).responses.create(model="gpt-4o", input="retry me", background=True)
 
     # What a worker leaves in Redis when it dies right after taking a job: the job is active, its
     # attempt counted, and nobody touches it again.
@@ -213,11 +206,11 @@ def test_a_job_whose_worker_died_before_starting_the_run_is_retried_and_complete
             await queue.disconnect()
 
     assert asyncio.run(take_and_die()) == created.id
-    assert pair.b.client(org.key).responses.retrieve(created.id).status == "queued"
+    assert pair.b.client(pg_org.key).responses.retrieve(created.id).status == "queued"
 
     worker = work("w1")
 
-    done = status_of(pair, pair.b.client(org.key), created.id, ("completed",), timeout=60)
+    done = status_of(pair, pair.b.client(pg_org.key), created.id, ("completed",), timeout=60)
     assert done.output_text == "ran on the retry"
     job = finished_job(pair, created.id)
     assert (job.status, job.attempts) == (Status.COMPLETE, 2)
@@ -225,24 +218,24 @@ def test_a_job_whose_worker_died_before_starting_the_run_is_retried_and_complete
 
 
 def test_cancel_through_b_stops_the_run_on_the_worker(
-    pair: Pair, upstream: ScriptedLLM, org: OrgKey, work: Callable[[str], HatchwayProcess]
+    pair: Pair, upstream: ScriptedLLM, pg_org: OrgKey, work: Callable[[str], HatchwayProcess]
 ) -> None:
     started = {"cancel me": threading.Event()}
     upstream.handler = answer_by_input({"cancel me": Reply(text="never", delay=120)}, started)
     worker = work("w1")
-    created = pair.a.client(org.key).responses.create(model="gpt-4o", input="cancel me", background=True)
-    status_of(pair, pair.b.client(org.key), created.id, ("in_progress",), timeout=30)
+    created = pair.a.client(pg_org.key).responses.create(model="gpt-4o", input="cancel me", background=True)
+    status_of(pair, pair.b.client(pg_org.key), created.id, ("in_progress",), timeout=30)
     assert started["cancel me"].wait(30), pair.replicas.logs()
 
-    cancelled = pair.b.client(org.key).responses.cancel(created.id)
+    cancelled = pair.b.client(pg_org.key).responses.cancel(created.id)
 
     assert cancelled.status == "cancelled"
     # The worker stopped the run (and logged it as interrupted) and ended the job without a retry.
     logs = lambda: [  # noqa: E731
-        r for r in pair.a.http("GET", "/v1/logs", org.key).json()["data"] if r["response_id"] == created.id
+        r for r in pair.a.http("GET", "/v1/logs", pg_org.key).json()["data"] if r["response_id"] == created.id
     ]
     eventually(logs, 15, "the worker to record the stopped run", pair.replicas)
     job = finished_job(pair, created.id, timeout=15)
     assert job.attempts == 1
-    assert pair.a.client(org.key).responses.retrieve(created.id).status == "cancelled"
+    assert pair.a.client(pg_org.key).responses.retrieve(created.id).status == "cancelled"
     assert worker.alive()

@@ -20,12 +20,12 @@ from hatchway.engine.tools.operations.service import OperationService, ReplyEffe
 from hatchway.engine.tools.operations.store import OperationQuery, OperationStore
 from hatchway.store.db import Database
 from hatchway.store.tables import utcnow
-from tests.engine.operations.conftest import EXAMPLE_AGENT, make_ctx
-from tests.support.contas import RunningContas
+from tests.support.contas import ABC, RunningContas
+from tests.support.operations import make_ctx
+from tests.support.paths import EXAMPLE_AGENT
 
 pytestmark = pytest.mark.anyio
 S = OperationStatus
-ABC = {"subject": "Produto A, Produto B e Produto C"}
 
 
 @pytest.fixture
