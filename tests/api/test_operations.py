@@ -33,7 +33,8 @@ def _pending(
 
 
 def _http(gw: RunningGateway, method: str, path: str, key: str | None = None, **kw: Any) -> httpx.Response:
-    headers = {"authorization": f"Bearer {key or gw.key}", **kw.pop("headers", {})}
+    """A request as ana, the end user the operations of ``_pending`` are requested for."""
+    headers = {"authorization": f"Bearer {key or gw.key}", "X-On-Behalf-Of": "ana", **kw.pop("headers", {})}
     return httpx.request(method, f"{gw.url}{path}", headers=headers, timeout=30, **kw)
 
 
@@ -63,12 +64,11 @@ def test_confirm_executes_once_and_a_second_confirm_gets_409_with_the_outcome(
         "POST",
         f"/v1/operations/{op_id}/confirm",
         json={"confirm": True},
-        headers={"X-On-Behalf-Of": "bia"},
     )
     assert confirmed.status_code == 200, confirmed.text
     body = confirmed.json()
     assert body["status"] == "COMPLETED" and body["verdict"]["status"] == "PARTIAL_SUCCESS"
-    assert body["confirmed_by"] == "bia" and body["confirmed_via"] == "api"
+    assert body["confirmed_by"] == "ana" and body["confirmed_via"] == "api"
     assert [(i["name"], i["success"]) for i in body["items"]] == [
         ("Produto A", True),
         ("Produto B", False),

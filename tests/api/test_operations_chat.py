@@ -51,7 +51,7 @@ def test_confirmed_in_the_next_message_executes_once_with_per_item_outcomes(
     pending = operation(agent_gateway, op_id)
     assert pending["status"] == "AWAITING_CONFIRMATION" and pending["session_key"] == "conv-1"
 
-    raw = chat(agent_gateway, [*conversation, {"role": "user", "content": "sim"}], user="bia")
+    raw = chat(agent_gateway, [*conversation, {"role": "user", "content": "sim"}], user="ana")
     assert raw.parse().choices[0].message.content == ANSWER
     assert contas.backend.executions == {op_id: 1}
 
@@ -60,7 +60,7 @@ def test_confirmed_in_the_next_message_executes_once_with_per_item_outcomes(
     assert record["arguments"] == {"subject": "Produto A, Produto B e Produto C"}
     assert [i["id"] for i in record["resolved_arguments"]["items"]] == ["1001", "1002", "1003"]
     assert len(record["arguments_digest"]) == 64 and record["confirmation_message"] == QUESTION
-    assert record["requested_by"] == "ana" and record["confirmed_by"] == "bia"
+    assert record["requested_by"] == "ana" and record["confirmed_by"] == "ana"
     assert record["confirmed_via"] == "reply"
     assert all(record[k] for k in ("created_at", "confirmed_at", "started_at", "completed_at"))
     assert [(i["name"], i["success"], i.get("error")) for i in record["items"]] == [

@@ -35,14 +35,14 @@ def test_confirmed_in_the_chain_executes_once(
         model="agent:contas",
         input="sim",
         previous_response_id=first.id,
-        extra_headers={"X-On-Behalf-Of": "bia"},
+        extra_headers={"X-On-Behalf-Of": "ana"},
     )
     assert second.status == "completed" and second.output_text == ANSWER
     assert contas.backend.executions == {op_id: 1}
     [executed] = [item for item in second.output if item.type == "mcp_call"]
     assert json.loads(executed.output)["verdict"] == "PARTIAL_SUCCESS"
     record = operation(agent_gateway, op_id)
-    assert record["status"] == "COMPLETED" and record["confirmed_by"] == "bia"
+    assert record["status"] == "COMPLETED" and record["confirmed_by"] == "ana"
     assert [(i["name"], i["success"]) for i in record["items"]] == [
         ("Produto A", True),
         ("Produto B", False),

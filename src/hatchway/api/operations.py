@@ -19,6 +19,7 @@ from hatchway.engine.tools.operations.execution import (
     OperationConflict,
     cancel_operation,
     check_confirmable,
+    check_end_user,
     confirm_operation,
 )
 from hatchway.engine.tools.operations.models import OperationStatus, operation_to_dict
@@ -95,6 +96,7 @@ async def confirm(
     digest = _confirm_body(await request.body())
     ctx = run_context(request, principal, gw.settings.loop_deadline_seconds)
     op = await gw.operations.get(operation_id, org_id=principal.org_id)
+    check_end_user(op, ctx)
     check_confirmable(op, digest)
     if op.state is not OperationStatus.AWAITING_CONFIRMATION:
         raise OperationConflict(
@@ -103,15 +105,17 @@ async def confirm(
             code="operation_not_pending",
         )
     caller = await gw.planner.operation_caller(op.agent, ctx)
-    outcome = await confirm_operation(gw.operations, op.id, caller, ctx, via="api", expected_digest=digest)
-    if not outcome.executed:
+    confirmation = await confirm_operation(
+        gw.operations, op.id, caller, ctx, via="api", expected_digest=digest
+    )
+    if not confirmation.executed:
         raise OperationConflict(
             f"Operation {op.id} was confirmed by another request; it executed once "
-            f"and is {outcome.operation.status}.",
-            outcome.operation,
+            f"and is {confirmation.operation.status}.",
+            confirmation.operation,
             code="operation_already_confirmed",
         )
-    return operation_to_dict(outcome.operation)
+    return operation_to_dict(confirmation.operation)
 
 
 @router.post("/v1/operations/{operation_id}/cancel")

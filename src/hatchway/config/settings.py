@@ -90,7 +90,15 @@ class SubagentSettings(StrictModel):
     max_concurrent: Annotated[int, Field(ge=1, le=64)] = 4
     """Children of one response that run at the same time."""
     max_depth: Annotated[int, Field(ge=1, le=8)] = 1
-    """How many levels of children may exist (1: children do not delegate again)."""
+    """How many levels of children may exist below the response that started the tree (1: children do
+    not delegate again), whatever agents the tree passes through: an agent deeper in the tree can
+    only lower it."""
+    max_children_per_run: Annotated[int, Field(ge=1, le=1024)] = 16
+    """Children one run may create in all, across its whole tree (retries of a child count)."""
+    models: list[str] = Field(default_factory=list)
+    """Models and agents a child may run on besides this agent itself (``gpt-4o``, ``agent:research``,
+    ``<provider>/<model>``); a call naming anything else gets ``ok: false``. Empty: children run as
+    this agent only."""
 
 
 class AgentConfig(StrictModel):
@@ -172,6 +180,12 @@ class Settings(StrictModel):
     exists."""
     max_tool_result_chars: Annotated[int, Field(ge=256)] = 20_000
     """Tool results longer than this are cut, with a marker, before the model reads them."""
+    max_tool_calls_per_round: Annotated[int, Field(ge=1, le=1024)] = 32
+    """Gateway tool calls one model round may run; the calls past it are answered with a structured
+    error (``too_many_tool_calls``) and the run goes on."""
+    max_tool_calls_per_run: Annotated[int, Field(ge=1, le=100_000)] = 128
+    """Gateway tool calls one run may make (both APIs); past it calls are answered
+    ``max_tool_calls_reached`` and the model is offered no more gateway tools."""
     log_retention_days: Annotated[int, Field(ge=1)] = 30
     """Request-log records older than this are deleted."""
     log_purge_interval_seconds: Annotated[float, Field(gt=0)] = 3600.0

@@ -39,6 +39,25 @@ class ListingFailure:
 
 
 @dataclass(eq=False)
+class Delegation:
+    """What a whole run tree may still delegate: one per tree, on its root's state.
+
+    Set by the first agent of the tree that delegates; an agent deeper in the tree may only lower it,
+    so the tree's depth counts from its root whatever agents it passes through.
+    """
+
+    max_depth: int
+    """The deepest level a child may be at (the root is 0)."""
+    max_children: int
+    children: int = 0
+    """Children created so far, in the whole tree (each try of a child counts)."""
+
+    def narrow(self, max_depth: int, max_children: int) -> None:
+        self.max_depth = min(self.max_depth, max_depth)
+        self.max_children = min(self.max_children, max_children)
+
+
+@dataclass(eq=False)
 class RunState:
     """Run-wide state: what the loop counted and toolsets reported, for the run log and limits.
 
@@ -53,6 +72,8 @@ class RunState:
     """Gateway tool calls this run made (client tool calls are the client's)."""
     listing_failures: list[ListingFailure] = field(default_factory=list)
     children: list[RunState] = field(default_factory=list)
+    delegation: Delegation | None = None
+    """On the root's state only: what the tree may still delegate (``delegation_budget``)."""
 
     def child(self) -> RunState:
         state = RunState(parent=self)
@@ -65,6 +86,15 @@ class RunState:
         while state.parent is not None:
             state = state.parent
         return state
+
+    def delegation_budget(self, max_depth: int, max_children: int) -> Delegation:
+        """The tree's delegation budget, no looser than these limits (absolute depth, children)."""
+        root = self.root
+        if root.delegation is None:
+            root.delegation = Delegation(max_depth, max_children)
+        else:
+            root.delegation.narrow(max_depth, max_children)
+        return root.delegation
 
     def tree_usage(self) -> Usage:
         total = Usage()

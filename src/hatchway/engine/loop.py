@@ -46,6 +46,10 @@ class LoopSettings:
     max_rounds: int = DEFAULT_MAX_ROUNDS
     tool_call_parallel: bool = True
     max_tool_calls: int | None = None
+    """The request's own cap on gateway tool calls (the Responses API's ``max_tool_calls``)."""
+    max_tool_calls_per_round: int = 32
+    max_tool_calls_per_run: int = 128
+    """The gateway's caps (hatchway.yaml): a model cannot make it run more than these."""
     max_tool_result_chars: int = 20_000
     stream_tool_round_text: bool = False
     """Stream the text of every round as it comes, even of rounds that end in gateway tool calls
@@ -264,8 +268,7 @@ class AgentLoop:
             yield self._after_tools(number, response)
 
     def _request(self, run: _Transcript, specs: list[ToolSpec]) -> ModelRequest:
-        cap = self.settings.max_tool_calls
-        budget_left = cap is None or run.tool_calls < cap
+        budget_left = run.tool_calls < self._run_cap()[0]
         tools = specs if budget_left else list(self.router.client_tools)
         return ModelRequest(
             model=self.model.upstream_model,
@@ -342,10 +345,11 @@ class AgentLoop:
     async def _run_tools(
         self, calls: list[FunctionCall], run: _Transcript, ctx: RunContext
     ) -> AsyncIterator[ToolCallStarted | ToolCallFinished | NextStep]:
-        """Run a round's gateway calls (those over ``max_tool_calls`` are refused); the last thing
+        """Run a round's gateway calls (those over the caps are refused); the last thing
         yielded says how they ended: the deadline passed, a call needs the user, or all answered."""
         number = len(run.rounds)
         allowed, refused = self._within_budget(calls, run)
+        started = {call.call_id for call in allowed}
         for call in allowed:
             yield ToolCallStarted(number, call)
         outcomes: dict[str, tuple[ToolResult, float]] = {}
@@ -358,11 +362,8 @@ class AgentLoop:
                     outcomes[call.call_id] = await _before_deadline(self._timed_call(call, ctx), ctx)
         except _DeadlinePassed:
             timed_out = True
-        for call in refused:
-            outcomes[call.call_id] = (
-                ToolResult.error("max_tool_calls_reached", "This response reached max_tool_calls; not run."),
-                0.0,
-            )
+        for call, refusal in refused:
+            outcomes[call.call_id] = (refusal, 0.0)
         interruption: Interruption | None = None
         for call in calls:
             tool_result, duration = outcomes.get(call.call_id) or (
@@ -376,7 +377,7 @@ class AgentLoop:
             run.steps.append(_tool_step(number, call, tool_result, duration, ctx))
             if tool_result.interrupt is not None and interruption is None:
                 interruption = tool_result.interrupt
-            if call in allowed:
+            if call.call_id in started:
                 yield ToolCallFinished(number, call, tool_result, duration)
         run.tool_calls += len(allowed)
         ctx.run.tool_calls += len(allowed)
@@ -387,14 +388,36 @@ class AgentLoop:
         else:
             yield NextStepRunAgain()
 
+    def _run_cap(self) -> tuple[int, str]:
+        """The run's cap on gateway tool calls, and what a call past it is told."""
+        per_run = self.settings.max_tool_calls_per_run
+        own = self.settings.max_tool_calls
+        if own is not None and own <= per_run:
+            return own, "This response reached max_tool_calls; not run."
+        return per_run, f"This run reached the gateway's limit of {per_run} tool calls; not run."
+
     def _within_budget(
         self, calls: list[FunctionCall], run: _Transcript
-    ) -> tuple[list[FunctionCall], list[FunctionCall]]:
-        cap = self.settings.max_tool_calls
-        if cap is None:
-            return list(calls), []
+    ) -> tuple[list[FunctionCall], list[tuple[FunctionCall, ToolResult]]]:
+        """The calls that run, and the refused ones with their structured error: past the round's
+        cap (``too_many_tool_calls``), then past the run's (``max_tool_calls_reached``)."""
+        per_round = self.settings.max_tool_calls_per_round
+        over_round = [
+            (
+                call,
+                ToolResult.error(
+                    "too_many_tool_calls",
+                    f"This round asked for {len(calls)} tool calls; at most {per_round} run in one round. "
+                    "Not run: call it again in the next round if it is still needed.",
+                ),
+            )
+            for call in calls[per_round:]
+        ]
+        cap, message = self._run_cap()
         room = max(cap - run.tool_calls, 0)
-        return list(calls[:room]), list(calls[room:])
+        in_round = calls[:per_round]
+        over_run = [(call, ToolResult.error("max_tool_calls_reached", message)) for call in in_round[room:]]
+        return list(in_round[:room]), [*over_run, *over_round]
 
     async def _gather(
         self, calls: list[FunctionCall], ctx: RunContext, outcomes: dict[str, tuple[ToolResult, float]]

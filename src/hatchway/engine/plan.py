@@ -116,6 +116,8 @@ class Planner:
         self.plugins = plugins
         self.operations = operations
         self.max_tool_result_chars = settings.max_tool_result_chars
+        self.max_tool_calls_per_round = settings.max_tool_calls_per_round
+        self.max_tool_calls_per_run = settings.max_tool_calls_per_run
         self._agents = {a.name: a for a in settings.agents}
 
     def agent(self, model: str) -> AgentConfig | None:
@@ -152,6 +154,8 @@ class Planner:
         loop = LoopSettings(
             max_tool_calls=request.max_tool_calls,
             max_tool_result_chars=self.max_tool_result_chars,
+            max_tool_calls_per_round=self.max_tool_calls_per_round,
+            max_tool_calls_per_run=self.max_tool_calls_per_run,
             stream_tool_round_text=request.stream_tool_round_text,
         )
         if plugin is not None:

@@ -24,7 +24,7 @@ from hatchway.engine.tools.operations.models import (
     operation_to_dict,
 )
 from hatchway.engine.tools.operations.store import EXPIRED, OperationStore
-from hatchway.errors import Conflict, ToolError, ToolOutcomeUnknown, ToolTimeout
+from hatchway.errors import Conflict, PermissionDenied, ToolError, ToolOutcomeUnknown, ToolTimeout
 
 S = OperationStatus
 MAX_STORED_RESULT_CHARS = 65_536
@@ -50,6 +50,25 @@ class OperationConflict(Conflict):
         return super().to_body() | {"operation": operation_to_dict(self.operation)}
 
 
+def check_end_user(op: OperationRecord, ctx: RunContext) -> None:
+    """Only the end user an operation was requested for may confirm or cancel it (PermissionDenied,
+    ``confirmation_not_yours``, otherwise).
+
+    ``requested_by`` is the ``X-On-Behalf-Of`` of the request that created it. An operation created
+    with no end user belongs to the organisation's key itself: only a request that names no end user
+    decides it, so a request acting for someone cannot take it over. The other end user is not named
+    in the message.
+    """
+    if (op.requested_by or None) == (ctx.on_behalf_of or None):
+        return
+    owner = "its own end user" if op.requested_by else "a request that names no end user (no X-On-Behalf-Of)"
+    raise PermissionDenied(
+        f"Operation {op.id} can only be confirmed or cancelled by {owner}; it stays pending.",
+        param="X-On-Behalf-Of",
+        code="confirmation_not_yours",
+    )
+
+
 def execution_meta(op: OperationRecord) -> dict[str, Any]:
     """The ``_meta`` of the primary call: the operation id as idempotency key, workflow if any."""
     meta: dict[str, Any] = {"idempotency_key": op.id, OPERATION_META_KEY: op.id}
@@ -73,11 +92,12 @@ async def confirm_operation(
 ) -> Confirmation:
     """Confirm ``op_id`` for ``ctx``'s organisation: execute it if this call wins the claim.
 
-    Raises NotFound (another organisation's or unknown), OperationConflict (expired, cancelled,
-    digest mismatch). A confirmation that loses to a concurrent one returns the winner's outcome
+    Raises NotFound (another organisation's or unknown), PermissionDenied (another end user's),
+    OperationConflict (expired, cancelled, digest mismatch). A confirmation that loses to a concurrent one returns the winner's outcome
     with ``executed=False``.
     """
     op = await store.get(op_id, org_id=ctx.org_id)
+    check_end_user(op, ctx)
     check_confirmable(op, expected_digest)
     won = await store.claim(op.id, org_id=ctx.org_id, confirmed_by=ctx.on_behalf_of, via=via)
     if won:
@@ -202,7 +222,7 @@ async def cancel_operation(
 
     Raises NotFound, or OperationConflict once it is executing or finished.
     """
-    await store.get(op_id, org_id=ctx.org_id)
+    check_end_user(await store.get(op_id, org_id=ctx.org_id), ctx)
     if ctx.on_behalf_of:
         reason = f"{reason} (by {ctx.on_behalf_of})"
     if await store.cancel(op_id, reason, org_id=ctx.org_id):

@@ -26,6 +26,7 @@ from hatchway.engine.tools.operations.classify import classify_results
 from hatchway.engine.tools.operations.confirmation import DEFAULT_VOCABULARY, ReplyKind, classify_reply
 from hatchway.engine.tools.operations.execution import (
     OperationConflict,
+    check_end_user,
     confirm_operation,
     execute_claimed,
 )
@@ -309,6 +310,9 @@ class OperationService:
         op = await self.store.pending_for(ctx.org_id, self.agent, ctx.session_key)
         if op is None:
             return None
+        # While it is pending, the conversation answers to its end user alone: anyone else's message,
+        # a yes or a no or anything, is refused rather than read as a reply (or answered with it).
+        check_end_user(op, ctx)
         if self.store.is_expired(op):
             expired = await self.store.get(op.id, org_id=ctx.org_id)  # applies the expiry
             return ReplyResult(ReplyEffect.EXPIRED, expired, preamble_items(expired))

@@ -3,7 +3,8 @@ helper (``hatchway.delegation``). The tool's definition, how its arguments are r
 asked, and the result the parent reads::
 
     {"ok": true, "response_id": "resp_…", "output_text": "…"}
-    {"ok": false, "error_code": "invalid_arguments" | "child_request_failed", "message": "…"}
+    {"ok": false, "error_code": "invalid_arguments" | "child_request_failed" | "max_children_reached",
+     "message": "…"}
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ ATTEMPTS = 3
 """Tries of one child (transient failures are retried with backoff)."""
 INVALID_ARGUMENTS = "invalid_arguments"
 CHILD_FAILED = "child_request_failed"
+MAX_CHILDREN = "max_children_reached"
 
 
 def function_tool() -> dict[str, Any]:

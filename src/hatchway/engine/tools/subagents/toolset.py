@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from hatchway.config.settings import SubagentSettings
-from hatchway.engine.context import RunContext
+from hatchway.engine.context import Delegation, RunContext
 from hatchway.engine.items import FunctionCall, ToolSpec
 from hatchway.engine.tools.base import ToolResult, Toolset
 from hatchway.engine.tools.subagents.contract import (
@@ -18,6 +18,7 @@ from hatchway.engine.tools.subagents.contract import (
     CHILD_INSTRUCTIONS,
     DESCRIPTION,
     INVALID_ARGUMENTS,
+    MAX_CHILDREN,
     PARAMETERS,
     TOOL_NAME,
     ChildRequest,
@@ -48,27 +49,50 @@ class SubagentToolset(Toolset):
         self.backoff_seconds = backoff_seconds
         self._slots = asyncio.Semaphore(settings.max_concurrent)
 
+    def _budget(self, ctx: RunContext) -> Delegation:
+        """The tree's budget, which this agent's own settings may only lower."""
+        return ctx.run.delegation_budget(
+            ctx.depth + self.settings.max_depth, self.settings.max_children_per_run
+        )
+
     async def list_tools(self, ctx: RunContext) -> list[ToolSpec]:
         # A child at the deepest allowed level gets no spawn_subagent: nesting stops there.
-        return [SPAWN_SUBAGENT_SPEC] if ctx.depth < self.settings.max_depth else []
+        return [SPAWN_SUBAGENT_SPEC] if ctx.depth < self._budget(ctx).max_depth else []
 
     async def call_tool(self, call: FunctionCall, ctx: RunContext) -> ToolResult:
-        if ctx.depth >= self.settings.max_depth:
-            return _failure(INVALID_ARGUMENTS, f"max_depth ({self.settings.max_depth}) reached")
+        budget = self._budget(ctx)
+        if ctx.depth >= budget.max_depth:
+            return _failure(INVALID_ARGUMENTS, f"max_depth ({budget.max_depth}) reached")
         parsed = parse_spawn_arguments(call.arguments)
         if isinstance(parsed, str):
             return _failure(INVALID_ARGUMENTS, parsed)
+        model = parsed.model or self.default_model
+        allowed = [self.default_model, *self.settings.models]
+        if model not in allowed:
+            return _failure(
+                INVALID_ARGUMENTS,
+                f"{TOOL_NAME} 'model': {model!r} is not one this agent's children may use "
+                f"({', '.join(allowed)}); leave it out to run the child as this agent",
+            )
         request = ChildRequest(
             task=parsed.task,
             instructions=parsed.instructions or CHILD_INSTRUCTIONS,
-            model=parsed.model or self.default_model,
+            model=model,
             call_id=call.call_id,
         )
         async with self._slots:
-            return await self._run_with_retries(request, ctx)
+            return await self._run_with_retries(request, ctx, budget)
 
-    async def _run_with_retries(self, request: ChildRequest, ctx: RunContext) -> ToolResult:
+    async def _run_with_retries(
+        self, request: ChildRequest, ctx: RunContext, budget: Delegation
+    ) -> ToolResult:
         for attempt in range(ATTEMPTS):
+            if budget.children >= budget.max_children:
+                message = (
+                    f"this run reached its limit of {budget.max_children} children (max_children_per_run)"
+                )
+                return _failure(MAX_CHILDREN, message, retries=attempt)
+            budget.children += 1
             try:
                 child = await self.runner.run_child(request, ctx)
             except HatchwayError as exc:

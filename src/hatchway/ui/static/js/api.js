@@ -17,13 +17,14 @@ export const session = {
 };
 
 /** Call ``path`` (``/v1/…``); ``query`` entries that are empty are left out. */
-export async function api(path, { method = "GET", query = {}, body, key = session.key() } = {}) {
+export async function api(path, { method = "GET", query = {}, body, key = session.key(), onBehalfOf } = {}) {
   const url = new URL(path, window.location.origin);
   for (const [name, value] of Object.entries(query)) {
     if (value !== undefined && value !== null && value !== "") url.searchParams.set(name, value);
   }
   const headers = { authorization: `Bearer ${key}` };
   if (body !== undefined) headers["content-type"] = "application/json";
+  if (onBehalfOf) headers["x-on-behalf-of"] = onBehalfOf;
   const response = await fetch(url, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   const payload = await response.json().catch(() => null);
   if (!response.ok) {

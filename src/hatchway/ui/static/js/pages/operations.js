@@ -27,7 +27,12 @@ function card(op, reload) {
   const pending = op.status === "AWAITING_CONFIRMATION";
   const act = async (action) => {
     try {
-      const done = await api(`/v1/operations/${encodeURIComponent(op.id)}/${action}`, { method: "POST", body: action === "confirm" ? { confirm: true } : undefined });
+      // Only the end user an operation was requested for may decide it: the operator acts as that user.
+      const done = await api(`/v1/operations/${encodeURIComponent(op.id)}/${action}`, {
+        method: "POST",
+        body: action === "confirm" ? { confirm: true } : undefined,
+        onBehalfOf: op.requested_by || undefined,
+      });
       announce(action === "confirm" ? `Operation ${op.id}: ${done.verdict?.status || done.status}` : `Operation ${op.id} cancelled`);
     } catch (error) {
       announce(`Operation ${op.id}: ${error.message}`);
