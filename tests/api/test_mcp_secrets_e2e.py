@@ -78,7 +78,8 @@ def test_an_inline_plugin_needs_the_secret_allowed_for_its_host_and_the_echo_is_
     assert "secret 'search_key'" in error["message"] and "host '127.0.0.1'" in error["message"]
     assert server.requests == [] and llm.requests == []
 
-    put_secret(gateway, gateway.key, "search_key", key, secret_scanner, hosts=["127.0.0.1"])
+    origin = server.url.removesuffix("/mcp")  # http://127.0.0.1:<port>: scheme and port count too
+    put_secret(gateway, gateway.key, "search_key", key, secret_scanner, hosts=[origin])
     llm.handler = rounds(Reply(tool_calls=[("search__whoami", {})]), summarise)
     answer, record = chat(gateway, secret_scanner, **{"hatchway-mcp-plugin": plugin})
 
@@ -105,7 +106,8 @@ def test_organisation_b_gets_its_own_secret_or_not_found_never_a(
     gateway = gateway_factory(allow_private_mcp_urls=True, **rule_for(tmp_path, search_plugin(server)))
     secret_scanner.watch_database(gateway.settings.database_url)
     org_b = gateway.new_org()
-    put_secret(gateway, gateway.key, "search_key", value_a, secret_scanner, hosts=["127.0.0.1"])
+    origin = server.url.removesuffix("/mcp")
+    put_secret(gateway, gateway.key, "search_key", value_a, secret_scanner, hosts=[origin])
     llm.handler = rounds(Reply(tool_calls=[("search__whoami", {})]), summarise)
 
     for headers in ({}, {"hatchway-mcp-plugin": inline(search_plugin(server))}):  # hatchway.yaml, inline

@@ -106,7 +106,7 @@ def test_organisation_b_cannot_see_or_delete_organisation_a_secret(
             "ok",
             {"value": "v", "allowed_hosts": ["a.example.com", "http://b/"]},
             "allowed_hosts[1]",
-            "bare host",
+            "without a path",
         ),
     ],
 )

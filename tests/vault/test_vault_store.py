@@ -234,7 +234,7 @@ async def test_references_and_good_names() -> None:
         with pytest.raises(InvalidRequest) as caught:
             parse_ref(ref)
         assert caught.value.param == "secret_ref"
-    with pytest.raises(InvalidRequest, match="allowed_hosts\\[1\\]: must be a bare host"):
+    with pytest.raises(InvalidRequest, match="allowed_hosts\\[1\\]: must be a host"):
         await Vault(Database("sqlite+aiosqlite:///:memory:"), MasterKey.generate("t")).put(
             "org", "n", "v", ["ok.example.com", "https://bad.example.com/x"]
         )

@@ -2,12 +2,17 @@
 
 Names are deliberately narrow (``^[A-Za-z0-9_-]{1,64}$``) so a reference can never smuggle a path,
 a scope separator or a URL: ``secret.a/b``, ``secret.a.b`` and 65-character names are rejected.
+
+An ``allowed_hosts`` entry names where a secret may travel, scheme and port included: a bare host
+(``mcp.example.com``) is https on port 443; ``mcp.example.com:8443`` is https on that port;
+``http://10.0.0.5:8080`` (an origin: scheme, host, optional port, no path) is exactly that.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
+from urllib.parse import urlsplit
 
 from hatchway.errors import InvalidRequest
 
@@ -52,6 +57,12 @@ def parse_ref(ref: str, *, param: str = "secret_ref") -> str:
     return ref[len(REF_PREFIX) :]
 
 
+Origin = tuple[str, str, int]
+"""``(scheme, host, port)``: where a request goes, and what an ``allowed_hosts`` entry allows."""
+DEFAULT_PORTS = {"https": 443, "http": 80}
+_ENTRY_FORMS = "a host (mcp.example.com: https on 443), host:port, or an origin such as http://10.0.0.5:8080"
+
+
 def host_problem(host: str) -> str | None:
     """Why ``host`` is not a bare host name or IP address (no scheme, port or path), or None."""
     try:
@@ -61,21 +72,97 @@ def host_problem(host: str) -> str | None:
         pass
     labels = host.split(".")
     if len(host) > 253 or not all(_LABEL.match(label) for label in labels):
-        return f"must be a bare host name or IP address such as mcp.example.com (got {host!r})"
+        return f"must be {_ENTRY_FORMS} (got {host!r})"
     return None
 
 
+def origin_of(url: str | None) -> Origin | None:
+    """The ``(scheme, host, port)`` a URL reaches, or None (no URL, or not http(s))."""
+    if not url:
+        return None
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS or not parts.hostname:
+        return None
+    return scheme, parts.hostname.lower().rstrip("."), port or DEFAULT_PORTS[scheme]
+
+
+def allowed_origin(entry: str) -> Origin:
+    """What a (normalised) ``allowed_hosts`` entry allows; a bare host means https on 443."""
+    if "://" in entry:
+        origin = origin_of(entry)
+        assert origin is not None, entry
+        return origin
+    host, port = _split_port(entry)
+    return "https", host, port or 443
+
+
+def _split_port(entry: str) -> tuple[str, int | None]:
+    """``host`` or ``host:port`` (an IPv6 literal with a port in brackets: ``[::1]:8443``)."""
+    if entry.startswith("["):
+        host, _, rest = entry[1:].partition("]")
+        return host, int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else None
+    if entry.count(":") == 1:
+        host, _, port = entry.partition(":")
+        if port.isdigit():
+            return host, int(port)
+    return entry, None
+
+
+def normalise_entry(raw: str) -> str:
+    """One ``allowed_hosts`` entry, lower-cased: a bare host as given, anything with a port or a scheme
+    as a full origin (``https://host:port``); ValueError saying why it is not one."""
+    entry = raw.strip().lower()
+    if "://" in entry:
+        parts = urlsplit(entry)
+        if (
+            parts.scheme not in DEFAULT_PORTS
+            or parts.path
+            or parts.query
+            or parts.fragment
+            or not parts.hostname
+        ):
+            raise ValueError(f"must be {_ENTRY_FORMS}, without a path (got {raw!r})")
+        try:
+            port = parts.port or DEFAULT_PORTS[parts.scheme]
+        except ValueError:
+            raise ValueError(f"must have a port from 1 to 65535 (got {raw!r})") from None
+        host = parts.hostname.rstrip(".")
+        _check_host(host, raw)
+        return f"{parts.scheme}://{_bracketed(host)}:{port}"
+    host, port = _split_port(entry)
+    host = host.rstrip(".")
+    _check_host(host, raw)
+    if port is None:
+        return host
+    if not 0 < port < 65536:
+        raise ValueError(f"must have a port from 1 to 65535 (got {raw!r})")
+    return f"https://{_bracketed(host)}:{port}"
+
+
+def _check_host(host: str, raw: str) -> None:
+    if problem := host_problem(host):
+        raise ValueError(problem.replace(repr(host), repr(raw)))
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
 def normalise_hosts(hosts: list[str] | None, *, param: str = "allowed_hosts") -> list[str]:
-    """Lower-cased, de-duplicated hosts in the given order; InvalidRequest naming the bad entry."""
+    """Lower-cased, de-duplicated entries in the given order; InvalidRequest naming the bad entry."""
     out: list[str] = []
     for i, raw in enumerate(hosts or []):
-        host = raw.strip().lower().rstrip(".")
-        if host.startswith("[") and host.endswith("]"):
-            host = host[1:-1]
-        if problem := host_problem(host):
-            raise InvalidRequest(f"{param}[{i}]: {problem}", param=f"{param}[{i}]", code="invalid_host")
-        if host not in out:
-            out.append(host)
+        try:
+            entry = normalise_entry(raw)
+        except ValueError as exc:
+            raise InvalidRequest(f"{param}[{i}]: {exc}", param=f"{param}[{i}]", code="invalid_host") from None
+        if entry not in out:
+            out.append(entry)
     if len(out) > MAX_ALLOWED_HOSTS:
         raise InvalidRequest(f"{param}: at most {MAX_ALLOWED_HOSTS} hosts per secret", param=param)
     return out

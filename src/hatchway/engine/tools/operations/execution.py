@@ -93,8 +93,8 @@ async def confirm_operation(
     """Confirm ``op_id`` for ``ctx``'s organisation: execute it if this call wins the claim.
 
     Raises NotFound (another organisation's or unknown), PermissionDenied (another end user's),
-    OperationConflict (expired, cancelled, digest mismatch). A confirmation that loses to a concurrent one returns the winner's outcome
-    with ``executed=False``.
+    OperationConflict (expired, cancelled, digest mismatch). A confirmation that loses to a concurrent
+    one returns the winner's outcome with ``executed=False``.
     """
     op = await store.get(op_id, org_id=ctx.org_id)
     check_end_user(op, ctx)

@@ -65,7 +65,8 @@ async def setup(secret_scanner: SecretScanner, tmp_path: Path, sqlite_db: Databa
     vault = Vault(sqlite_db, MasterKey.generate("test"))
     org = (await OrgStore(sqlite_db).create_org(f"org-{uuid.uuid4().hex[:8]}")).id
     client_secret = f"cs:{uuid.uuid4().hex}/+="  # characters Basic auth must form-encode
-    await vault.put(org, SECRET_NAME, client_secret, ["localhost", "mcp.example.com"])
+    token_host = f"localhost:{endpoint.server.port}"  # https, on the token endpoint's port
+    await vault.put(org, SECRET_NAME, client_secret, [token_host, "mcp.example.com"])
     billing = server(
         "billing",
         "https://mcp.example.com/billing",
@@ -298,15 +299,20 @@ async def test_a_plain_http_token_url_is_refused(setup: Setup) -> None:
 async def test_an_inline_oauth_plugin_needs_both_hosts_allowed(setup: Setup) -> None:
     creds = setup.credentials(allow_private_hosts=True)
     ctx = run_context(setup.org)
-    await setup.vault.put(setup.org, SECRET_NAME, setup.client_secret, ["localhost"])
-    with pytest.raises(PermissionDenied, match=r"host 'mcp\.example\.com' \(MCP server 'billing', url\)"):
+    token_host = f"localhost:{setup.endpoint.server.port}"
+    await setup.vault.put(setup.org, SECRET_NAME, setup.client_secret, [token_host])
+    with pytest.raises(
+        PermissionDenied, match=r"host 'mcp\.example\.com' \(https, port 443; MCP server 'billing', url\)"
+    ):
         await creds.authorize(setup.server, ctx, trusted=False)
-    await setup.vault.put(setup.org, SECRET_NAME, setup.client_secret, ["mcp.example.com"])
-    with pytest.raises(PermissionDenied, match=r"host 'localhost' \(MCP server 'billing', token_url\)"):
-        await creds.authorize(setup.server, ctx, trusted=False)
+    await setup.vault.put(setup.org, SECRET_NAME, setup.client_secret, ["mcp.example.com", "localhost"])
+    with pytest.raises(
+        PermissionDenied, match=r"host 'localhost' \(https, port \d+; MCP server 'billing', token_url\)"
+    ):
+        await creds.authorize(setup.server, ctx, trusted=False)  # localhost alone is port 443
     assert setup.endpoint.requests == []
 
-    await setup.vault.put(setup.org, SECRET_NAME, setup.client_secret, ["mcp.example.com", "localhost"])
+    await setup.vault.put(setup.org, SECRET_NAME, setup.client_secret, ["mcp.example.com", token_host])
     await creds.authorize(setup.server, ctx, trusted=False)
     assert await creds.auth_headers(setup.server, ctx, trusted=False) == {
         "Authorization": f"Bearer {setup.endpoint.issued[0]}"

@@ -4,52 +4,50 @@ A plugin that arrives in a request header is written by whoever holds an API key
 it names may only go to hosts the secret's owner listed in ``allowed_hosts``. For ``oauth`` both
 hosts count: the client secret goes to the ``token_url`` host, and the access token minted from it
 goes to the MCP server's host — listing only the identity provider would let an inline plugin
-hand a working token to a server of its choosing. Plugins from hatchway.yaml are trusted.
+hand a working token to a server of its choosing. A destination is a scheme, a host and a port:
+a secret allowed on ``mcp.example.com`` (https, 443) is not sent over http, nor to another port.
+Plugins from hatchway.yaml are trusted.
 """
 
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
 
 from hatchway.errors import PermissionDenied
+from hatchway.vault.names import Origin, allowed_origin, origin_of
 from hatchway.vault.store import Secret
 
 
-def host_of(url: str | None) -> str | None:
-    """The lower-cased host of ``url``, or None (stdio servers have no URL)."""
-    if not url:
-        return None
-    host = urlsplit(url).hostname
-    return host.lower().rstrip(".") if host else None
-
-
-def destination_hosts(server: Any) -> list[tuple[str, str | None]]:
-    """``(role, host)`` pairs the server's secret reaches: the server, and for oauth the token endpoint."""
+def destination_origins(server: Any) -> list[tuple[str, str | None, Origin | None]]:
+    """``(role, url, origin)`` of each place the server's secret reaches: the server, and for oauth
+    the token endpoint."""
     auth = server.auth
-    hosts: list[tuple[str, str | None]] = []
+    urls: list[tuple[str, str | None]] = []
     if auth.type == "oauth":
-        hosts.append(("token_url", host_of(auth.token_url)))
-    hosts.append(("url", host_of(getattr(server, "url", None))))
-    return hosts
+        urls.append(("token_url", auth.token_url))
+    urls.append(("url", getattr(server, "url", None)))
+    return [(role, url, origin_of(url)) for role, url in urls]
 
 
 def check_scope(secret: Secret, server: Any) -> None:
-    """PermissionDenied (403) naming the secret and the host unless every destination is allowed."""
-    allowed = set(secret.allowed_hosts)
-    for role, host in destination_hosts(server):
-        if host is None:
+    """PermissionDenied (403) naming the secret and the destination unless every one is allowed:
+    scheme, host and port (a bare ``allowed_hosts`` entry is https on 443)."""
+    allowed = {allowed_origin(entry) for entry in secret.allowed_hosts}
+    for role, _, origin in destination_origins(server):
+        if origin is None:
             raise PermissionDenied(
                 f"secret '{secret.name}' cannot be used by MCP server '{server.id}' of a plugin sent in "
                 f"the request: the server has no {role} host to check against the secret's allowed_hosts",
                 code="secret_host_not_allowed",
             )
-        if host not in allowed:
+        if origin not in allowed:
+            scheme, host, port = origin
             listed = ", ".join(secret.allowed_hosts) or "none"
+            entry = host if (scheme, port) == ("https", 443) else f"{scheme}://{host}:{port}"
             raise PermissionDenied(
-                f"secret '{secret.name}' may not be sent to host '{host}' (MCP server '{server.id}', "
-                f"{role}) by a plugin sent in the request; the secret's allowed_hosts: {listed}. "
-                f"Add the host with `hatchway secrets set {secret.name} --org <org> --allowed-host "
-                f"{host}` or declare the plugin in hatchway.yaml",
+                f"secret '{secret.name}' may not be sent to host '{host}' ({scheme}, port {port}; MCP server "
+                f"'{server.id}', {role}) by a plugin sent in the request; the secret's allowed_hosts: "
+                f"{listed}. Add it with `hatchway secrets set {secret.name} --org <org> --allowed-host "
+                f"{entry}` or declare the plugin in hatchway.yaml",
                 code="secret_host_not_allowed",
             )
