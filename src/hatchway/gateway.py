@@ -49,7 +49,7 @@ def make_cache(settings: Settings) -> Cache:
         from hatchway.store.redis_cache import RedisCache
 
         return RedisCache(settings.redis_url, prefix=settings.redis_prefix)
-    return MemoryCache()
+    return MemoryCache(max_bytes=settings.memory_cache_max_bytes)
 
 
 class Gateway:
@@ -78,7 +78,7 @@ class Gateway:
         """Every run's lifecycle: gauge, span and record (``engine/run.py``)."""
         self.vault = Vault(self.db, load_master_key(settings.master_key_file))
         self.models = ModelRouter(settings, secret_lookup=self.vault.system_secret)
-        self.mcp_pool = McpServerPool(cache=self.cache)
+        self.mcp_pool = McpServerPool(cache=self.cache, max_answer_bytes=settings.max_tool_result_bytes)
         """Live MCP sessions, shared by every request; closed with the gateway."""
         self.mcp_credentials: McpCredentials = mcp_credentials or VaultCredentials(
             self.vault, self.cache, allow_private_hosts=settings.allow_private_mcp_urls

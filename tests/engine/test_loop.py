@@ -14,7 +14,6 @@ import pytest
 from hatchway.engine.context import RunContext
 from hatchway.engine.items import FunctionCall, ToolSpec
 from hatchway.engine.loop import (
-    TRUNCATION_MARKER,
     OutputTextDelta,
     RoundStarted,
     RunFinished,
@@ -24,6 +23,7 @@ from hatchway.engine.loop import (
 )
 from hatchway.engine.providers.base import ModelRequest, ModelResponse
 from hatchway.engine.tools.base import Interruption, RunPreamble, ToolResult
+from hatchway.engine.tools.payloads import TRUNCATION_MARKER
 from tests.support.function_model import (
     FunctionModel,
     FunctionToolset,

@@ -55,3 +55,18 @@ async def test_lock_is_exclusive(cache: Cache) -> None:
     await asyncio.gather(*(worker() for _ in range(5)))
     assert most == 1
     await cache.ping()
+
+
+async def test_the_memory_cache_is_bounded_by_bytes_least_recently_used_first() -> None:
+    cache = MemoryCache(max_bytes=3_000)
+    for name in ("a", "b", "c"):
+        await cache.set(name, "x" * 900, 60)
+    assert await cache.get("a") is not None  # a is now the most recently used
+    await cache.set("d", "y" * 900, 60)  # 4 × ~900 bytes do not fit: b, the least recently used, goes
+
+    assert [await cache.get(k) is not None for k in "abcd"] == [True, False, True, True]
+    assert cache.size_bytes <= 3_000
+    await cache.set("huge", "z" * 5_000, 60)  # larger than the whole bound: not kept, nothing evicted
+    assert await cache.get("huge") is None and await cache.get("d") is not None
+    await cache.set("d", "short", 60)  # replacing a value frees its old bytes
+    assert cache.size_bytes < 2_000

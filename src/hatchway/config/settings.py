@@ -180,6 +180,13 @@ class Settings(StrictModel):
     exists."""
     max_tool_result_chars: Annotated[int, Field(ge=256)] = 20_000
     """Tool results longer than this are cut, with a marker, before the model reads them."""
+    max_tool_result_bytes: Annotated[int, Field(ge=1024)] = 1024 * 1024
+    """An MCP server's answer (a tool result, a listing) is read no further than this: the call gets
+    a structured ``tool_result_too_large`` error (an operation's execution is INTERRUPTED: the tool
+    ran, its outcome is unknown)."""
+    memory_cache_max_bytes: Annotated[int, Field(ge=1024 * 1024)] = 64 * 1024 * 1024
+    """Without Redis: the in-process cache (tool results, listings, tokens) holds at most this many
+    bytes, the least recently used going first."""
     max_tool_calls_per_round: Annotated[int, Field(ge=1, le=1024)] = 32
     """Gateway tool calls one model round may run; the calls past it are answered with a structured
     error (``too_many_tool_calls``) and the run goes on."""

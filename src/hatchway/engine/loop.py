@@ -33,10 +33,8 @@ from hatchway.engine.steps import (
     NextStepTimeout,
 )
 from hatchway.engine.tools.base import Interruption, ToolResult
+from hatchway.engine.tools.payloads import fit_output
 from hatchway.engine.tools.router import ToolRouter
-
-TRUNCATION_MARKER = "\n…[truncated {n} characters]"
-
 
 DEFAULT_MAX_ROUNDS = 10
 
@@ -447,10 +445,7 @@ class AgentLoop:
         return tool_result, (time.monotonic() - started) * 1000
 
     def _fit(self, output: str) -> str:
-        limit = self.settings.max_tool_result_chars
-        if len(output) <= limit:
-            return output
-        return output[:limit] + TRUNCATION_MARKER.format(n=len(output) - limit)
+        return fit_output(output, self.settings.max_tool_result_chars)
 
     # -- the end ---------------------------------------------------------------------------------
 

@@ -58,13 +58,29 @@ class Cache(ABC):
         """Release connections."""
 
 
-class MemoryCache(Cache):
-    """Process-local cache; entries are copied in and out so callers never share mutable state."""
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 
-    def __init__(self, max_entries: int = 10_000, clock: Any = time.monotonic) -> None:
+
+class MemoryCache(Cache):
+    """Process-local cache; entries are copied in and out so callers never share mutable state.
+
+    Bounded by entries and by bytes (the serialised values): past either bound the expired entries
+    go first, then the least recently used. A value larger than the byte bound is not kept.
+    """
+
+    def __init__(
+        self, max_entries: int = 10_000, clock: Any = time.monotonic, *, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> None:
         self._data: dict[str, tuple[float, bytes]] = {}
         self._max = max_entries
+        self._max_bytes = max_bytes
+        self._bytes = 0
         self._clock = clock
+
+    @property
+    def size_bytes(self) -> int:
+        """The bytes of the values held."""
+        return self._bytes
 
     async def get(self, key: str) -> Any | None:
         entry = self._data.get(key)
@@ -72,23 +88,34 @@ class MemoryCache(Cache):
             return None
         expires, raw = entry
         if expires <= self._clock():
-            self._data.pop(key, None)
+            self._drop(key)
             return None
+        self._data[key] = self._data.pop(key)  # most recently used last
         return orjson.loads(raw)
 
     async def set(self, key: str, value: Any, ttl_seconds: float) -> None:
         if ttl_seconds <= 0:
             return
-        if len(self._data) >= self._max:
-            self._evict()
-        self._data[key] = (self._clock() + ttl_seconds, orjson.dumps(value))
+        raw = orjson.dumps(value)
+        self._drop(key)
+        if len(raw) > self._max_bytes:
+            return
+        if len(self._data) >= self._max or self._bytes + len(raw) > self._max_bytes:
+            self._evict(len(raw))
+        self._data[key] = (self._clock() + ttl_seconds, raw)
+        self._bytes += len(raw)
 
     async def delete(self, key: str) -> None:
-        self._data.pop(key, None)
+        self._drop(key)
 
-    def _evict(self) -> None:
+    def _drop(self, key: str) -> None:
+        entry = self._data.pop(key, None)
+        if entry is not None:
+            self._bytes -= len(entry[1])
+
+    def _evict(self, room: int) -> None:
         now = self._clock()
         for key in [k for k, (exp, _) in self._data.items() if exp <= now]:
-            del self._data[key]
-        while len(self._data) >= self._max:
-            self._data.pop(next(iter(self._data)))
+            self._drop(key)
+        while self._data and (len(self._data) >= self._max or self._bytes + room > self._max_bytes):
+            self._drop(next(iter(self._data)))

@@ -6,9 +6,13 @@ so the model sees one shape whatever failed: ``{"error": {"code", "message"}}``.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
+
+TRUNCATION_MARKER = "\n…[truncated {n} characters]"
+_MARKED = re.compile(r"\n…\[truncated \d+ characters\]")
 
 
 def parse_arguments(raw: str | dict[str, Any] | None) -> dict[str, Any] | None:
@@ -22,6 +26,14 @@ def parse_arguments(raw: str | dict[str, Any] | None) -> dict[str, Any] | None:
     except orjson.JSONDecodeError:
         return None
     return value if isinstance(value, dict) else None
+
+
+def fit_output(output: str, limit: int) -> str:
+    """``output`` cut to ``limit`` characters with a marker saying how much was cut; an output already
+    cut to this limit (a cached one) is returned as it is."""
+    if len(output) <= limit or _MARKED.fullmatch(output, limit):
+        return output
+    return output[:limit] + TRUNCATION_MARKER.format(n=len(output) - limit)
 
 
 def error_body(code: str, message: str) -> str:

@@ -80,6 +80,7 @@ class PluginBinding:
         self.credentials = credentials
         self.cache = cache
         self.allow_private = settings.allow_private_mcp_urls
+        self.max_result_chars = settings.max_tool_result_chars
         self._files: dict[Path, PluginConfig] = {}
         self._rules = [
             (rule, self._load(settings, rule.plugin, f"routing_rules[{i}].plugin"))
@@ -127,7 +128,12 @@ class PluginBinding:
         settings = bound.plugin.agent
         toolset = None
         if agent is None or not agent.tools:  # tools.yaml agents: see the module docstring
-            toolset = McpToolset(client, cache=self.cache, cache_ttl_seconds=settings.tool_cache_ttl_seconds)
+            toolset = McpToolset(
+                client,
+                cache=self.cache,
+                cache_ttl_seconds=settings.tool_cache_ttl_seconds,
+                max_result_chars=self.max_result_chars,
+            )
         return PluginPart(
             client=client,
             toolset=toolset,

@@ -98,10 +98,18 @@ class ToolListing:
 class McpConnection:
     """A client session to one MCP server, sharing the server's ``ToolListing``."""
 
-    def __init__(self, server: McpServerConfig, listing: ToolListing, *, guard: bool) -> None:
+    def __init__(
+        self,
+        server: McpServerConfig,
+        listing: ToolListing,
+        *,
+        guard: bool,
+        max_answer_bytes: int | None = None,
+    ) -> None:
         self.server = server
         self.listing = listing
         self.guard = guard
+        self.max_answer_bytes = max_answer_bytes
         """Check and pin every address this session connects to (servers from inline plugins)."""
         self.lost = asyncio.Event()
         """Set once the session has ended; the pool then replaces the connection."""
@@ -157,7 +165,7 @@ class McpConnection:
                 await task
 
     async def _own(self, ready: asyncio.Future[None]) -> None:
-        http = scoped_http_client(guard=self.guard) if self.server.kind == "streamable_http" else None
+        http = self._http_client() if self.server.kind == "streamable_http" else None
         try:
             async with contextlib.AsyncExitStack() as stack:
                 client = Client(
@@ -232,12 +240,15 @@ class McpConnection:
     def _sse_http_client(
         self, headers: Any = None, timeout: Any = None, auth: Any = None
     ) -> httpx2.AsyncClient:
-        client = scoped_http_client(guard=self.guard)
+        client = self._http_client()
         if headers:
             client.headers.update(headers)
         if timeout is not None:
             client.timeout = timeout
         return client
+
+    def _http_client(self) -> httpx2.AsyncClient:
+        return scoped_http_client(guard=self.guard, max_answer_bytes=self.max_answer_bytes)
 
     # -- calls -----------------------------------------------------------------------------------
 

@@ -75,6 +75,38 @@ class EgressDenied(httpx2.ConnectError):
     """An untrusted server's host resolved to an address the gateway may not reach."""
 
 
+class AnswerTooLarge(httpx2.ReadError):
+    """An MCP server's answer passed ``max_tool_result_bytes``: it is not read further."""
+
+    def __init__(self, limit: int, request: httpx2.Request) -> None:
+        super().__init__(f"the server's answer is larger than {limit} bytes", request=request)
+        self.limit = limit
+
+
+class _CappedStream(httpx2.AsyncByteStream):
+    """A response body read no further than ``limit`` bytes (the SDK reads answers whole)."""
+
+    def __init__(self, inner: httpx2.AsyncByteStream, limit: int, request: httpx2.Request) -> None:
+        self._inner = inner
+        self._limit = limit
+        self._request = request
+
+    async def __aiter__(self):  # type: ignore[no-untyped-def]
+        total = 0
+        scope = _current.get()
+        async for chunk in self._inner:
+            total += len(chunk)
+            if total > self._limit:
+                error = AnswerTooLarge(self._limit, self._request)
+                if scope is not None:
+                    scope.fail(error)
+                raise error
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
 class ScopedTransport(httpx2.AsyncBaseTransport):
     """Adds the current scope's headers to each request and records its outcome in the scope.
 
@@ -84,11 +116,19 @@ class ScopedTransport(httpx2.AsyncBaseTransport):
     """
 
     def __init__(
-        self, inner: httpx2.AsyncBaseTransport, *, guard: bool = False, resolver: Resolver = resolve_host
+        self,
+        inner: httpx2.AsyncBaseTransport,
+        *,
+        guard: bool = False,
+        resolver: Resolver = resolve_host,
+        max_answer_bytes: int | None = None,
     ) -> None:
         self._inner = inner
         self._guard = guard
         self._resolve = resolver
+        self._max_answer_bytes = max_answer_bytes
+        """Caps the body of each answer to a request (POST): a tool result, a listing. The session's
+        long-lived event stream (GET) is not an answer and is not capped."""
         self._pinned: dict[tuple[str, int], str] = {}
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
@@ -107,6 +147,16 @@ class ScopedTransport(httpx2.AsyncBaseTransport):
             raise
         if scope is not None:
             scope.record(response.status_code)
+        limit = self._max_answer_bytes
+        if limit is not None and request.method == "POST":
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > limit:
+                await response.aclose()
+                error = AnswerTooLarge(limit, request)
+                if scope is not None:
+                    scope.fail(error)
+                raise error
+            response.stream = _CappedStream(response.stream, limit, request)  # type: ignore[arg-type]
         return response
 
     async def _pin(self, request: httpx2.Request) -> None:
@@ -130,14 +180,16 @@ class ScopedTransport(httpx2.AsyncBaseTransport):
         await self._inner.aclose()
 
 
-def scoped_http_client(*, guard: bool = False) -> httpx2.AsyncClient:
+def scoped_http_client(*, guard: bool = False, max_answer_bytes: int | None = None) -> httpx2.AsyncClient:
     """The httpx2 client one MCP connection uses: scoped headers, no redirect following.
 
     The SDK follows same-origin redirects itself and refuses the rest; the read timeout is long
     because a server may hold an event stream open (per-call time limits are enforced above).
     """
     return httpx2.AsyncClient(
-        transport=ScopedTransport(httpx2.AsyncHTTPTransport(trust_env=False), guard=guard),
+        transport=ScopedTransport(
+            httpx2.AsyncHTTPTransport(trust_env=False), guard=guard, max_answer_bytes=max_answer_bytes
+        ),
         timeout=httpx2.Timeout(30.0, read=300.0),
         follow_redirects=False,
         trust_env=False,

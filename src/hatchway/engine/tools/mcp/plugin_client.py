@@ -24,7 +24,7 @@ from hatchway.engine.tools.mcp.calls import McpCallResult
 from hatchway.engine.tools.mcp.connection import ConnectionLost, McpConnection
 from hatchway.engine.tools.mcp.credentials import McpCredentials
 from hatchway.engine.tools.mcp.forwarding import forwarded_headers
-from hatchway.engine.tools.mcp.http import EgressDenied, RequestScope, request_scope
+from hatchway.engine.tools.mcp.http import AnswerTooLarge, EgressDenied, RequestScope, request_scope
 from hatchway.engine.tools.mcp.pool import McpServerPool
 from hatchway.engine.tools.mcp.results import to_call_result
 from hatchway.errors import (
@@ -248,6 +248,12 @@ def _retryable(error: ToolError) -> bool:
 
 def _http_failure(server: McpServerConfig, scope: RequestScope) -> ToolError | None:
     """What the HTTP exchange itself says went wrong, when it says anything."""
+    if isinstance(scope.error, AnswerTooLarge):
+        return McpServerError(
+            f"{server.id}: the answer is larger than {scope.error.limit} bytes (max_tool_result_bytes); "
+            "it was not read. Ask for less (a filter, a page, fewer fields).",
+            code="tool_result_too_large",
+        )
     if isinstance(scope.error, EgressDenied):
         return McpServerError(f"{server.id}: {scope.error}; the connection was refused", code="egress_denied")
     if scope.error is not None:
@@ -267,8 +273,11 @@ def _delivery_unknown(failure: ToolError, scope: RequestScope) -> bool:
     """Whether a failed call, once its session was open, may have reached the tool anyway.
 
     Only retryable failures qualify (a refusal — 401, 403, 404, a protocol error — says the tool did
-    not run); of those, only a connect error proves the request never left.
+    not run); of those, only a connect error proves the request never left. An answer too large to
+    read came from a tool that ran: what it did is unknown.
     """
+    if isinstance(scope.error, AnswerTooLarge):
+        return True
     if not failure.transient:
         return False
     return not isinstance(scope.error, httpx2.ConnectError | httpx2.ConnectTimeout)

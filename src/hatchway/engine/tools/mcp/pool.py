@@ -37,8 +37,16 @@ def connection_key(server: McpServerConfig, org_id: str, *, trusted: bool) -> st
 class McpServerPool:
     """Owns every MCP session of the process; ``aclose()`` ends them all (gateway shutdown)."""
 
-    def __init__(self, *, tools_ttl_seconds: float = 300.0, cache: Cache | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        tools_ttl_seconds: float = 300.0,
+        cache: Cache | None = None,
+        max_answer_bytes: int | None = None,
+    ) -> None:
         self.tools_ttl_seconds = tools_ttl_seconds
+        self.max_answer_bytes = max_answer_bytes
+        """Bytes of one server answer read at most (``max_tool_result_bytes``); None: no bound."""
         """How long a server's tool listing is trusted without a ``tools/list_changed``."""
         self.cache = cache or MemoryCache()
         """Where listings are shared: the gateway's cache (Redis with ``redis_url``: every replica)."""
@@ -66,7 +74,8 @@ class McpServerPool:
             from hatchway.engine.tools.mcp.connection import McpConnection
 
             install_log_redaction()  # again: loggers of SDK modules imported since
-            connection = McpConnection(server, self.listing(server, org_id, trusted=trusted), guard=guard)
+            listing = self.listing(server, org_id, trusted=trusted)
+            connection = McpConnection(server, listing, guard=guard, max_answer_bytes=self.max_answer_bytes)
             connection.start()
             self._connections[key] = connection
         await connection.ready()

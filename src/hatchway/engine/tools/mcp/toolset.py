@@ -17,7 +17,7 @@ from hatchway.engine.tools.mcp.forwarding import forwarded_headers
 from hatchway.engine.tools.mcp.naming import namespaced_name
 from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
 from hatchway.engine.tools.mcp.pool import connection_key
-from hatchway.engine.tools.payloads import parse_arguments
+from hatchway.engine.tools.payloads import fit_output, parse_arguments
 from hatchway.errors import HatchwayError, ToolTimeout
 from hatchway.store.cache import Cache
 
@@ -27,10 +27,19 @@ logger = logging.getLogger(__name__)
 class McpToolset(Toolset):
     """Every allowed tool of the plugin's servers, named ``<server_id>__<tool>`` for the model."""
 
-    def __init__(self, client: PluginMcpClient, *, cache: Cache, cache_ttl_seconds: float = 0) -> None:
+    def __init__(
+        self,
+        client: PluginMcpClient,
+        *,
+        cache: Cache,
+        cache_ttl_seconds: float = 0,
+        max_result_chars: int = 20_000,
+    ) -> None:
         self.client = client
         self.cache = cache
         self.cache_ttl_seconds = cache_ttl_seconds
+        self.max_result_chars = max_result_chars
+        """What the model reads of a result (``max_tool_result_chars``): all the cache keeps of it."""
         self._routes: dict[str, tuple[McpServerConfig, str]] = {}
 
     def route(self, name: str) -> tuple[str, str] | None:
@@ -92,8 +101,9 @@ class McpToolset(Toolset):
             return ToolResult.error(
                 "tool_error", result.text or "The tool failed.", **meta, outcome="tool_error"
             )
-        if key is not None:  # the cache may be Redis: store it scrubbed, as the run record is
-            await self.cache.set(key, {"text": ctx.redact(result.text)}, self.cache_ttl_seconds)
+        if key is not None:  # the cache may be Redis: store what the model reads, scrubbed
+            seen = fit_output(ctx.redact(result.text), self.max_result_chars)
+            await self.cache.set(key, {"text": seen}, self.cache_ttl_seconds)
         return ToolResult(output=result.text, meta={**meta, "outcome": "ok"})
 
     def _cache_key(
