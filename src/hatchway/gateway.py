@@ -18,7 +18,7 @@ from hatchway.engine.run import RunScopes
 from hatchway.engine.tools.mcp.auth import VaultCredentials
 from hatchway.engine.tools.mcp.binding import PluginBinding
 from hatchway.engine.tools.mcp.credentials import McpCredentials
-from hatchway.engine.tools.mcp.pool import McpServerPool
+from hatchway.engine.tools.mcp.pool import McpServerPool, PoolBounds, keep_expiring
 from hatchway.engine.tools.operations.binding import OperationBinding
 from hatchway.engine.tools.operations.store import OperationStore
 from hatchway.observability.metrics import Metrics
@@ -78,7 +78,17 @@ class Gateway:
         """Every run's lifecycle: gauge, span and record (``engine/run.py``)."""
         self.vault = Vault(self.db, load_master_key(settings.master_key_file))
         self.models = ModelRouter(settings, secret_lookup=self.vault.system_secret)
-        self.mcp_pool = McpServerPool(cache=self.cache, max_answer_bytes=settings.max_tool_result_bytes)
+        pool = settings.mcp_pool
+        self.mcp_pool = McpServerPool(
+            cache=self.cache,
+            max_answer_bytes=settings.max_tool_result_bytes,
+            bounds=PoolBounds(
+                max_sessions=pool.max_sessions,
+                max_sessions_per_org=pool.max_sessions_per_organisation,
+                idle_seconds_untrusted=pool.idle_seconds_inline,
+                idle_seconds_trusted=pool.idle_seconds,
+            ),
+        )
         """Live MCP sessions, shared by every request; closed with the gateway."""
         self.mcp_credentials: McpCredentials = mcp_credentials or VaultCredentials(
             self.vault, self.cache, allow_private_hosts=settings.allow_private_mcp_urls
@@ -126,6 +136,9 @@ class Gateway:
         self.log_writer.start()
         await self.responses.store.fail_expired(RUN_LOST)
         self.tasks.spawn("responses:leases", keep_leases(self.responses.store, self.tasks))
+        pool = self.settings.mcp_pool
+        sweep = max(min(pool.idle_seconds_inline, pool.idle_seconds) / 4, 0.25)
+        self.tasks.spawn("mcp:idle", keep_expiring(self.mcp_pool, sweep))
         self.tasks.spawn(
             "logs:retention",
             keep_purging_logs(

@@ -148,6 +148,19 @@ class OtelSettings(StrictModel):
     """Extra headers for the OTLP exporter (e.g. an authorization token)."""
 
 
+class McpPoolSettings(StrictModel):
+    """The MCP session pool: one live session per (organisation, server), bounded."""
+
+    max_sessions: Annotated[int, Field(ge=1, le=100_000)] = 512
+    """Sessions open at once in this process; past it the least recently used one is closed."""
+    max_sessions_per_organisation: Annotated[int, Field(ge=1, le=100_000)] = 64
+    """Sessions one organisation may hold open; past it its least recently used one is closed."""
+    idle_seconds_inline: Annotated[float, Field(gt=0)] = 300.0
+    """A session to a server of an inline plugin (the request header) closes after this long unused."""
+    idle_seconds: Annotated[float, Field(gt=0)] = 3600.0
+    """A session to a server of hatchway.yaml closes after this long unused."""
+
+
 class Settings(StrictModel):
     """The whole of hatchway.yaml. Every key but ``providers`` is optional."""
 
@@ -198,6 +211,8 @@ class Settings(StrictModel):
     log_purge_interval_seconds: Annotated[float, Field(gt=0)] = 3600.0
     """How often a replica looks for request-log records past ``log_retention_days``."""
     otel: OtelSettings = Field(default_factory=OtelSettings)
+    mcp_pool: McpPoolSettings = Field(default_factory=McpPoolSettings)
+    """Bounds of the MCP session pool: how many sessions, and how long one may sit unused."""
     """OpenTelemetry tracing over OTLP/HTTP."""
     response_lease_seconds: Annotated[float, Field(gt=0)] = 30.0
     """How long a replica's claim on a running response lasts unless renewed (renewed every third)."""

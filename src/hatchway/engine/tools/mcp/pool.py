@@ -1,10 +1,20 @@
-"""The MCP client pool: one live session per (organisation, server), reused across requests."""
+"""The MCP client pool: one live session per (organisation, server), reused across requests.
+
+The pool is bounded: at most ``max_sessions`` sessions in all and ``max_sessions_per_org`` per
+organisation (opening one more closes the least recently used), and a session unused for its idle
+time closes (``expire_idle``, run periodically by the gateway): a short one for the servers of inline
+plugins, which any caller can name by the hundred, a long one for hatchway.yaml's.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import orjson
@@ -34,6 +44,22 @@ def connection_key(server: McpServerConfig, org_id: str, *, trusted: bool) -> st
     return f"{org_id}:{server.id}:{digest}"
 
 
+@dataclass(frozen=True, slots=True)
+class PoolBounds:
+    max_sessions: int = 512
+    max_sessions_per_org: int = 64
+    idle_seconds_untrusted: float = 300.0
+    idle_seconds_trusted: float = 3600.0
+
+
+@dataclass(slots=True)
+class _Session:
+    connection: McpConnection
+    org_id: str
+    trusted: bool
+    used: float
+
+
 class McpServerPool:
     """Owns every MCP session of the process; ``aclose()`` ends them all (gateway shutdown)."""
 
@@ -43,20 +69,25 @@ class McpServerPool:
         tools_ttl_seconds: float = 300.0,
         cache: Cache | None = None,
         max_answer_bytes: int | None = None,
+        bounds: PoolBounds | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.tools_ttl_seconds = tools_ttl_seconds
+        """How long a server's tool listing is trusted without a ``tools/list_changed``."""
         self.max_answer_bytes = max_answer_bytes
         """Bytes of one server answer read at most (``max_tool_result_bytes``); None: no bound."""
-        """How long a server's tool listing is trusted without a ``tools/list_changed``."""
         self.cache = cache or MemoryCache()
         """Where listings are shared: the gateway's cache (Redis with ``redis_url``: every replica)."""
-        self._connections: dict[str, McpConnection] = {}
+        self.bounds = bounds or PoolBounds()
+        self._clock = clock
+        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        """By connection key, least recently used first."""
         self._listings: dict[str, ToolListing] = {}
         self._closed = False
         install_log_redaction()  # the SDK logs tool arguments and results at DEBUG
 
     def __len__(self) -> int:
-        return sum(1 for c in self._connections.values() if not c.lost.is_set())
+        return sum(1 for s in self._sessions.values() if not s.connection.lost.is_set())
 
     async def connection(
         self, server: McpServerConfig, org_id: str, *, trusted: bool, guard: bool = False
@@ -69,17 +100,52 @@ class McpServerPool:
         if self._closed:
             raise RuntimeError("the MCP pool is closed")
         key = connection_key(server, org_id, trusted=trusted)
-        connection = self._connections.get(key)
-        if connection is None or connection.lost.is_set():
+        session = self._sessions.get(key)
+        if session is None or session.connection.lost.is_set():
             from hatchway.engine.tools.mcp.connection import McpConnection
 
             install_log_redaction()  # again: loggers of SDK modules imported since
+            await self._make_room(org_id, key)
             listing = self.listing(server, org_id, trusted=trusted)
             connection = McpConnection(server, listing, guard=guard, max_answer_bytes=self.max_answer_bytes)
             connection.start()
-            self._connections[key] = connection
-        await connection.ready()
-        return connection
+            session = _Session(connection, org_id, trusted, self._clock())
+            self._sessions[key] = session
+        session.used = self._clock()
+        self._sessions.move_to_end(key)
+        await session.connection.ready()
+        return session.connection
+
+    async def _make_room(self, org_id: str, key: str) -> None:
+        """Close the least recently used sessions until one more fits, in the organisation and in all."""
+        bounds = self.bounds
+        kept = {k: s for k, s in self._sessions.items() if k != key}  # a dead one of the same key goes
+        mine = [k for k, s in kept.items() if s.org_id == org_id]
+        doomed = [k for k in self._sessions if k == key]
+        doomed += mine[: max(len(mine) - bounds.max_sessions_per_org + 1, 0)]
+        others = [k for k in kept if k not in doomed]
+        doomed += others[: max(len(others) - bounds.max_sessions + 1, 0)]
+        await self._close_keys(doomed, keep_listing=key)
+
+    async def expire_idle(self) -> int:
+        """Close the sessions unused for longer than their idle time; returns how many closed."""
+        now = self._clock()
+        bounds = self.bounds
+        doomed = [
+            key
+            for key, s in self._sessions.items()
+            if s.connection.lost.is_set()
+            or now - s.used > (bounds.idle_seconds_trusted if s.trusted else bounds.idle_seconds_untrusted)
+        ]
+        await self._close_keys(doomed)
+        return len(doomed)
+
+    async def _close_keys(self, keys: list[str], *, keep_listing: str | None = None) -> None:
+        sessions = [self._sessions.pop(k) for k in keys if k in self._sessions]
+        for key in keys:
+            if key != keep_listing:
+                self._listings.pop(key, None)  # the shared cache keeps the listing for its TTL
+        await asyncio.gather(*(s.connection.close() for s in sessions), return_exceptions=True)
 
     def listing(self, server: McpServerConfig, org_id: str, *, trusted: bool) -> ToolListing:
         """The cached tool listing of ``server`` for this organisation (kept across reconnects)."""
@@ -94,15 +160,25 @@ class McpServerPool:
 
     async def discard(self, connection: McpConnection) -> None:
         """Close a session that failed so the next call reconnects."""
-        for key, known in list(self._connections.items()):
-            if known is connection:
-                del self._connections[key]
+        for key, known in list(self._sessions.items()):
+            if known.connection is connection:
+                del self._sessions[key]
         await connection.close()
 
     async def aclose(self) -> None:
         """Close every session (and stop every stdio server process)."""
         self._closed = True
-        connections = list(self._connections.values())
-        self._connections.clear()
+        sessions = list(self._sessions.values())
+        self._sessions.clear()
         self._listings.clear()
-        await asyncio.gather(*(c.close() for c in connections), return_exceptions=True)
+        await asyncio.gather(*(s.connection.close() for s in sessions), return_exceptions=True)
+
+
+async def keep_expiring(pool: McpServerPool, interval_seconds: float) -> None:
+    """The gateway's task: close idle sessions every ``interval_seconds``."""
+    while True:
+        await asyncio.sleep(interval_seconds)
+        try:
+            await pool.expire_idle()
+        except Exception:  # one failed close must not end the sweeping
+            logger.exception("could not expire idle MCP sessions")
