@@ -71,7 +71,11 @@ class Gateway:
         self.orgs = OrgStore(self.db)
         self.logs = RequestLogStore(self.db)
         self.log_writer = LogWriter(self.db)
-        self.telemetry = Telemetry(Metrics(), Tracing.from_settings(settings, tracer_provider))
+        metrics = Metrics(
+            known_models=[*(m.name for m in settings.models), *(f"agent:{a.name}" for a in settings.agents)],
+            providers=[p.id for p in settings.providers],
+        )
+        self.telemetry = Telemetry(metrics, Tracing.from_settings(settings, tracer_provider))
         """Prometheus series (a registry of this gateway's own) and, when configured, OTel spans."""
         self.log_writer.observers.append(self.telemetry.observe_record)
         self.scopes = RunScopes(self.telemetry, self.log_writer)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from pathlib import Path
@@ -210,6 +211,11 @@ class Settings(StrictModel):
     """Request-log records older than this are deleted."""
     log_purge_interval_seconds: Annotated[float, Field(gt=0)] = 3600.0
     """How often a replica looks for request-log records past ``log_retention_days``."""
+    metrics_token: str | None = None
+    """When set, ``GET /metrics`` needs ``Authorization: Bearer <metrics_token>`` (literal, ``env:NAME``);
+    unset, it is open like ``/healthz`` (its labels are the operator's names only)."""
+    metrics_allowed_networks: list[str] = Field(default_factory=list)
+    """When set, ``GET /metrics`` answers only clients in these networks (``10.0.0.0/8``, ``127.0.0.1``)."""
     otel: OtelSettings = Field(default_factory=OtelSettings)
     mcp_pool: McpPoolSettings = Field(default_factory=McpPoolSettings)
     """Bounds of the MCP session pool: how many sessions, and how long one may sit unused."""
@@ -239,6 +245,14 @@ class Settings(StrictModel):
         names = [a.name for a in self.agents]
         if len(names) != len(set(names)):
             raise ValueError("agents: agent names must be unique")
+        for i, network in enumerate(self.metrics_allowed_networks):
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"metrics_allowed_networks[{i}]: not an address or network such as 10.0.0.0/8 "
+                    f"(got {network!r})"
+                ) from None
         return self
 
     def resolve_path(self, path: str) -> Path:

@@ -7,6 +7,7 @@ produces, so nothing is counted twice and the loop carries no metrics code.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -19,6 +20,7 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 _ROUND_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50)
 _MAX_LABEL_VALUES = 200
 OTHER = "other"
+INLINE = "inline"
 
 
 class BoundedLabel:
@@ -43,9 +45,23 @@ class BoundedLabel:
 
 
 class Metrics:
-    """The gateway's series; ``exposition()`` renders them for ``GET /metrics``."""
+    """The gateway's series; ``exposition()`` renders them for ``GET /metrics``.
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    Label values are names the operator chose, never a client's: a model label is a configured
+    model, an ``agent:<name>`` or ``<provider>/*`` (the rest is ``other``), and the servers and tools
+    of plugins sent inline in a request are ``inline``. So no organisation can spend the label budget
+    another one's real names need, nor read another's chosen strings off ``/metrics``.
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        known_models: Iterable[str] = (),
+        providers: Iterable[str] = (),
+    ) -> None:
+        self.known_models = frozenset(known_models)
+        self.providers = frozenset(providers)
         self.registry = registry or CollectorRegistry(auto_describe=True)
         r = self.registry
         self.http_requests = Counter(
@@ -111,7 +127,7 @@ class Metrics:
 
     def observe_record(self, record: Record) -> None:
         """One run's record: counts, latency, rounds, tokens and its tool calls."""
-        model = self._model(record.model)
+        model = self._model_label(record.model)
         route = record.route
         child = self._child
         child(self.runs, route, model, record.status).inc()
@@ -122,14 +138,23 @@ class Metrics:
             child(self.tokens, model, "input").inc(record.prompt_tokens)
         if record.completion_tokens:
             child(self.tokens, model, "output").inc(record.completion_tokens)
+        inline = record.plugin_source == INLINE
         for step in record.steps or ():
             if step.get("type") != "tool_call":
                 continue
-            server = self._server(step.get("server"))
-            tool = self._tool(str(step.get("tool") or step.get("name") or ""))
+            server = INLINE if inline else self._server(step.get("server"))
+            tool = INLINE if inline else self._tool(str(step.get("tool") or step.get("name") or ""))
             child(self.tool_calls, server, tool, str(step.get("outcome") or "ok")).inc()
             if step.get("cached"):
                 child(self.tool_cache_hits, server, tool).inc()
+
+    def _model_label(self, model: str | None) -> str:
+        if model in self.known_models:
+            return self._model(model)
+        provider, slash, _ = (model or "").partition("/")
+        if slash and provider in self.providers:
+            return f"{provider}/*"
+        return OTHER
 
     def _child(self, metric: Any, *labels: str) -> Any:
         """``metric.labels(*labels)``, remembered: prometheus-client's lookup (a lock, label checks)
