@@ -45,10 +45,7 @@ async def responses_socket(websocket: WebSocket) -> None:
         await _deny(websocket, exc)
         return
     await websocket.accept()
-    session = SocketSession(gw, principal, websocket)
-    with contextlib.suppress(WebSocketDisconnect):
-        while True:
-            await session.handle(await websocket.receive_text())
+    await SocketSession(gw, principal, websocket).serve()
 
 
 async def _deny(websocket: WebSocket, exc: HatchwayError) -> None:
@@ -62,7 +59,12 @@ async def _deny(websocket: WebSocket, exc: HatchwayError) -> None:
 
 
 class SocketSession:
-    """One connection's turns and the conversations of its latest responses."""
+    """One connection's turns and the conversations of its latest responses.
+
+    The socket is read all along, turns or not: messages sent during a turn wait for the next one,
+    and a client that goes away mid-turn is noticed at once (``gone``), which stops the turn — a
+    turn whose tool runs for minutes sends nothing meanwhile, so a failed send would come too late.
+    """
 
     def __init__(self, gw: Gateway, principal: Principal, websocket: WebSocket) -> None:
         self.gw = gw
@@ -71,6 +73,34 @@ class SocketSession:
         self.remembered: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
         self._continued: str | None = None
         """The ``previous_response_id`` of the turn being handled."""
+        self._inbox: asyncio.Queue[str | None] = asyncio.Queue()
+        """Client messages in order; None once the client is gone."""
+        self.gone = asyncio.Event()
+
+    async def serve(self) -> None:
+        """Handle the client's messages one turn at a time until it goes away."""
+        reader = asyncio.create_task(self._read(), name="responses-socket:read")
+        try:
+            while (text := await self._inbox.get()) is not None:
+                with contextlib.suppress(WebSocketDisconnect):
+                    await self.handle(text)
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                message = await self.websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    return
+                await self._inbox.put(message.get("text") or "")
+        except (WebSocketDisconnect, RuntimeError):  # the connection is already gone
+            return
+        finally:
+            self.gone.set()
+            self._inbox.put_nowait(None)
 
     async def handle(self, text: str) -> None:
         """Run one client message to its end; a bad one is answered with an ``error`` event.
@@ -108,13 +138,20 @@ class SocketSession:
         return await responses.start_turn(body, ctx, history), history
 
     async def _stream(self, started: StartedRun) -> None:
+        watcher = asyncio.create_task(self._stop_when_gone(started.task))
         try:
             async for event in started.events.follow():
-                await self._send(event)
+                if not self.gone.is_set():
+                    await self._send(event)
         finally:
+            watcher.cancel()
             if not started.task.done():  # the client went away mid-turn: stop the upstream work
                 started.task.cancel()
             await asyncio.wait([started.task])  # its scope records how it ended
+
+    async def _stop_when_gone(self, task: asyncio.Task[None]) -> None:
+        await self.gone.wait()
+        task.cancel()
 
     def _forget(self, response_id: str | None) -> None:
         if response_id is not None:
