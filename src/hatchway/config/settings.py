@@ -217,9 +217,9 @@ class Settings(StrictModel):
     metrics_allowed_networks: list[str] = Field(default_factory=list)
     """When set, ``GET /metrics`` answers only clients in these networks (``10.0.0.0/8``, ``127.0.0.1``)."""
     otel: OtelSettings = Field(default_factory=OtelSettings)
+    """OpenTelemetry tracing over OTLP/HTTP."""
     mcp_pool: McpPoolSettings = Field(default_factory=McpPoolSettings)
     """Bounds of the MCP session pool: how many sessions, and how long one may sit unused."""
-    """OpenTelemetry tracing over OTLP/HTTP."""
     response_lease_seconds: Annotated[float, Field(gt=0)] = 30.0
     """How long a replica's claim on a running response lasts unless renewed (renewed every third)."""
     operations: OperationSettings = Field(default_factory=OperationSettings)

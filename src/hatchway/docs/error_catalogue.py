@@ -49,6 +49,8 @@ MEANINGS: dict[str, str] = {
     "operation_cancelled": "The operation was cancelled before this confirmation.",
     "operation_expired": "The operation's confirmation expired (`confirmation_ttl_seconds`).",
     "operation_not_cancellable": "The operation is executing or finished; it can no longer be cancelled.",
+    "confirmation_not_yours": "The operation was requested for another end user (`X-On-Behalf-Of`), or for "
+    "none: only that end user may confirm or cancel it; it stays pending.",
     "arguments_digest_mismatch": "The `arguments_digest` sent does not match the arguments awaiting "
     "confirmation (or the stored arguments were altered).",
     "client_gone": "Not sent: the client went away before the answer. The run log records the run "
@@ -75,7 +77,11 @@ MEANINGS: dict[str, str] = {
     "unknown_tool": "The model called a tool that is not offered to this run.",
     "invalid_arguments": "The call's arguments are not a JSON object (for `spawn_subagent`: no non-empty "
     "`task`, or `max_depth` reached).",
-    "max_tool_calls_reached": "The response reached `max_tool_calls`; this call was not run.",
+    "max_tool_calls_reached": "The run reached `max_tool_calls` (the response's) or "
+    "`max_tool_calls_per_run` (the gateway's); this call was not run.",
+    "too_many_tool_calls": "The round asked for more calls than `max_tool_calls_per_round`; this one was "
+    "not run (the model may call it again in the next round).",
+    "tool_result_too_large": "The MCP server's answer passed `max_tool_result_bytes` and was not read.",
     "not_run": "The run ended (e.g. at `max_rounds`) before this gateway-run call ran.",
     "confirmation_pending": "Another transactional call of this turn is waiting for the user's confirmation; "
     "one question per turn.",
@@ -103,6 +109,8 @@ MEANINGS: dict[str, str] = {
     "oauth_bad_private_key": "The `private_key_jwt` key is not EC P-256 or RSA ≥ 2048 bits.",
     # -- spawn_subagent results and failed responses ---------------------------------------------
     "child_request_failed": "The child response failed (after 3 tries for transient upstream failures).",
+    "max_children_reached": "The run tree reached `subagents.max_children_per_run`; this child was not "
+    "created.",
     "server_error": "The response failed: its run raised an error, or the replica running it stopped "
     "(`type: interrupted`).",
     "rate_limit_exceeded": "The response failed because the upstream answered 429.",
