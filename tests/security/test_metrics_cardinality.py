@@ -25,7 +25,9 @@ def chat(gateway: RunningGateway, key: str, model: str, **headers: str) -> httpx
 
 
 def model_labels(gateway: RunningGateway) -> set[str]:
-    return {dict(labels).get("model", "") for (name, labels) in scrape(gateway) if name == "hatchway_runs_total"}
+    return {
+        dict(labels).get("model", "") for (name, labels) in scrape(gateway) if name == "hatchway_runs_total"
+    }
 
 
 def test_junk_model_names_cannot_evict_another_organisations_real_model(
@@ -57,14 +59,19 @@ def test_inline_plugin_servers_and_tools_are_not_named_in_metrics(
 
     text = httpx.get(f"{gateway.url}/metrics").text
     assert "acme_private_crm" not in text
-    assert value(scrape(gateway), "hatchway_tool_calls_total", server="inline", tool="inline", outcome="ok") == 1
+    assert (
+        value(scrape(gateway), "hatchway_tool_calls_total", server="inline", tool="inline", outcome="ok") == 1
+    )
 
 
 def test_metrics_token_and_networks_protect_the_endpoint(gateway_factory) -> None:
     protected = gateway_factory(metrics_token="scrape-me", metrics_allowed_networks=["127.0.0.0/8"])
     assert httpx.get(f"{protected.url}/metrics").status_code == 401
     assert httpx.get(f"{protected.url}/metrics", headers={"authorization": "Bearer nope"}).status_code == 401
-    assert httpx.get(f"{protected.url}/metrics", headers={"authorization": "Bearer scrape-me"}).status_code == 200
+    assert (
+        httpx.get(f"{protected.url}/metrics", headers={"authorization": "Bearer scrape-me"}).status_code
+        == 200
+    )
 
     elsewhere = gateway_factory(metrics_allowed_networks=["10.0.0.0/8"])
     assert httpx.get(f"{elsewhere.url}/metrics").status_code == 403

@@ -217,6 +217,9 @@ class PluginMcpClient:
                 failure = McpServerError(str(exc), code="mcp_connection_lost", transient=True)
             except MCPError as exc:
                 failure = _protocol_failure(server, exc)
+            finally:
+                if connection is not None:
+                    self.pool.release(connection)
         # An SSE session does not survive a failed POST (the SDK's writer stops), a 401 included.
         if connection is not None and (server.kind == "sse" or connection.lost.is_set() or scope.error):
             await self.pool.discard(connection)

@@ -58,6 +58,8 @@ class _Session:
     org_id: str
     trusted: bool
     used: float
+    busy: int = 0
+    """Calls using it now (``connection`` … ``release``): an idle sweep never closes a busy session."""
 
 
 class McpServerPool:
@@ -112,9 +114,22 @@ class McpServerPool:
             session = _Session(connection, org_id, trusted, self._clock())
             self._sessions[key] = session
         session.used = self._clock()
+        session.busy += 1
         self._sessions.move_to_end(key)
-        await session.connection.ready()
+        try:
+            await session.connection.ready()
+        except BaseException:
+            self.release(session.connection)
+            raise
         return session.connection
+
+    def release(self, connection: McpConnection) -> None:
+        """A call is done with ``connection`` (each ``connection()`` is released once)."""
+        for session in self._sessions.values():
+            if session.connection is connection:
+                session.busy = max(session.busy - 1, 0)
+                session.used = self._clock()
+                return
 
     async def _make_room(self, org_id: str, key: str) -> None:
         """Close the least recently used sessions until one more fits, in the organisation and in all."""
@@ -135,7 +150,11 @@ class McpServerPool:
             key
             for key, s in self._sessions.items()
             if s.connection.lost.is_set()
-            or now - s.used > (bounds.idle_seconds_trusted if s.trusted else bounds.idle_seconds_untrusted)
+            or (
+                s.busy == 0
+                and now - s.used
+                > (bounds.idle_seconds_trusted if s.trusted else bounds.idle_seconds_untrusted)
+            )
         ]
         await self._close_keys(doomed)
         return len(doomed)
