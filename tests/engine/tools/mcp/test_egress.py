@@ -29,6 +29,10 @@ pytestmark = pytest.mark.anyio
         ("100.100.100.200", "metadata"),
         ("::ffff:127.0.0.1", "loopback"),
         ("::ffff:10.0.0.1", "private"),
+        ("2002:7f00:1::", "loopback"),  # 6to4 of 127.0.0.1
+        ("2002:a9fe:a9fe::", "link-local (cloud metadata)"),  # 6to4 of 169.254.169.254
+        ("2002:a00:1::", "private"),  # 6to4 of 10.0.0.1
+        ("2002:5db8:d822::", None),  # 6to4 of a public address
         ("224.0.0.1", "reserved"),
         ("93.184.216.34", None),
         ("2606:4700:4700::1111", None),

@@ -29,8 +29,11 @@ _ALLOW_HINT = "set allow_private_mcp_urls: true in hatchway.yaml to allow it on 
 
 def forbidden_reason(address: IpAddress) -> str | None:
     """Why ``address`` may not be reached by an untrusted URL, or None when it may."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return forbidden_reason(address.ipv4_mapped)
+    if isinstance(address, ipaddress.IPv6Address):
+        # An IPv4 address carried in IPv6 (mapped, 6to4) reaches that IPv4 address.
+        embedded = address.ipv4_mapped or address.sixtofour
+        if embedded is not None:
+            return forbidden_reason(embedded)
     if address.is_loopback:
         return "loopback"
     if address.is_unspecified:
