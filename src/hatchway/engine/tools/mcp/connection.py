@@ -131,6 +131,9 @@ class McpConnection:
         """
         loop = asyncio.get_running_loop()
         self._ready = loop.create_future()
+        # Every caller may have stopped waiting (their own timeouts) before it fails: its failure is
+        # theirs to see, not an "exception never retrieved" for the log.
+        self._ready.add_done_callback(lambda ready: ready.cancelled() or ready.exception())
         context = contextvars.copy_context()
         self._task = loop.create_task(self._own(self._ready), name=f"mcp:{self.server.id}", context=context)
 
