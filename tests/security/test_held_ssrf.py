@@ -6,8 +6,10 @@ unspecified or IPv4-mapped addresses, spelled every way a resolver accepts: shor
 octal, decimal, IPv6-mapped, a trailing dot, userinfo in front of the host, ``localhost``. Each must
 be a 403 ``egress_denied`` naming the field, before any request leaves: a TCP listener on the
 loopback port the loopback forms name accepts no connection, and the model is never called. No form
-needs DNS (``localhost`` is in /etc/hosts). The literal ``127.0.0.1`` and stdio commands are
-``tests/api/test_chat_mcp_loop.py`` ``test_an_inline_plugin_aimed_at_loopback_is_refused_unless_allowed``;
+needs DNS: ``localhost`` is in /etc/hosts, and ``localhost.`` and the percent-encoded host do not
+resolve offline (refused as unresolvable; where ``localhost.`` resolves, as loopback: 403 either
+way). The literal ``127.0.0.1`` and stdio commands are ``tests/api/test_chat_mcp_loop.py``
+``test_an_inline_plugin_aimed_at_loopback_is_refused_unless_allowed``;
 the address rule alone is ``tests/engine/tools/mcp/test_egress.py``.
 """
 
