@@ -229,8 +229,11 @@ class TokenEndpoint:
 
 def sent_credentials(grant: ClientCredentials, headers: dict[str, str], form: dict[str, str]) -> Redactor:
     """Every credential a token request carries: the client secret (or private key), the HTTP Basic
-    header and the ``private_key_jwt`` client assertion."""
-    return Redactor([grant.client_secret, headers.get("Authorization", ""), form.get("client_assertion", "")])
+    header and the ``private_key_jwt`` client assertion — and the assertion's signature alone, which
+    an endpoint may quote ("signature … does not verify")."""
+    assertion = form.get("client_assertion", "")
+    signature = assertion.rsplit(".", 1)[-1] if assertion.count(".") == 2 else ""
+    return Redactor([grant.client_secret, headers.get("Authorization", ""), assertion, signature])
 
 
 def parse_token_response(status: int, body: bytes, endpoint: str, sent: Redactor) -> AccessToken:
