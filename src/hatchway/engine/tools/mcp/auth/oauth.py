@@ -18,6 +18,7 @@ import base64
 import ipaddress
 import re
 import ssl
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, get_args
 from urllib.parse import quote_plus, urlsplit
@@ -227,16 +228,18 @@ class TokenEndpoint:
             return response.status_code, bytes(body)
 
 
-def sent_credentials(grant: ClientCredentials, headers: dict[str, str], form: dict[str, str]) -> Redactor:
+def sent_credentials(
+    grant: ClientCredentials, headers: dict[str, str], form: dict[str, str]
+) -> tuple[str, ...]:
     """Every credential a token request carries: the client secret (or private key), the HTTP Basic
     header and the ``private_key_jwt`` client assertion — and the assertion's signature alone, which
     an endpoint may quote ("signature … does not verify")."""
     assertion = form.get("client_assertion", "")
     signature = assertion.rsplit(".", 1)[-1] if assertion.count(".") == 2 else ""
-    return Redactor([grant.client_secret, headers.get("Authorization", ""), assertion, signature])
+    return grant.client_secret, headers.get("Authorization", ""), assertion, signature
 
 
-def parse_token_response(status: int, body: bytes, endpoint: str, sent: Redactor) -> AccessToken:
+def parse_token_response(status: int, body: bytes, endpoint: str, sent: Sequence[str]) -> AccessToken:
     """An AccessToken from the endpoint's answer, or McpAuthError saying what was wrong with it
     (its words scrubbed of ``sent``, the request's credentials)."""
     data = _json_object(body)
@@ -269,14 +272,15 @@ def _json_object(body: bytes) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _oauth_error(data: dict[str, Any] | None, sent: Redactor) -> str:
+def _oauth_error(data: dict[str, Any] | None, sent: Sequence[str]) -> str:
     # RFC 6749 §5.2 error codes are short and safe to show; the description is scrubbed, then cut
-    # (cut first, a credential on the edge would leave its first half).
+    # (cut first, a credential on the edge would leave its first half), in every encoding.
     if not data or not isinstance(data.get("error"), str):
         return ""
-    text = sent.redact(data["error"])[:64]
+    redactor = Redactor(sent)
+    text = redactor.redact(data["error"])[:64]
     if isinstance(data.get("error_description"), str):
-        text += f": {sent.redact(data['error_description'])[:200]}"
+        text += f": {redactor.redact(data['error_description'])[:200]}"
     return f" ({text})"
 
 
