@@ -6,8 +6,15 @@ anything else it receives (response bodies, a subprocess's output). At the end o
 fixture scans all of it plus every log record (root logger at DEBUG, and uvicorn's own loggers)
 and everything written to stdout/stderr, and fails the test naming each place a value showed up.
 
+Every value is looked for in each form it can leave in (``encodings``): itself, JSON-escaped
+(``json.dumps`` with and without ``ensure_ascii``, and escaped twice), URL-encoded (``quote`` and
+``quote_plus``, either hex case), base64 (standard and URL-safe, at any offset inside a longer base64
+text: ``base64("user:" + value)`` counts), the base64 of its ``quote_plus`` form (HTTP Basic as RFC
+6749 sends a client secret), and hex (how ``bytea`` prints). These are written here, apart from the
+gateway's redactor, so a form the redactor forgets is still found.
+
 Database scans read the raw bytes of a SQLite file and its WAL/journal, or every table of a
-PostgreSQL database as text, looking for the value and its hex form (how ``bytea`` prints).
+PostgreSQL database as text.
 ``watch_redis(url)`` scans every ``hatchway:`` key of a Redis database (the shared cache).
 Ask for ``secret_scanner`` before the fixtures that start servers, so it is torn down after them:
 servers then have stopped and flushed their request logs when the scan runs.
@@ -16,10 +23,14 @@ servers then have stopped and flushed their request logs when the scan runs.
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import logging
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import quote, quote_plus
 
 import pytest
 from sqlalchemy.engine.url import make_url
@@ -38,6 +49,27 @@ class _Collect(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.lines.append(_FORMAT.format(record))
+
+
+def encodings(value: str) -> dict[str, str]:
+    """``{form: how value looks in it}`` for every form a leak is looked for in."""
+    forms = {"raw": value, "hex": value.encode().hex()}
+    for ascii_only in (True, False):
+        once = json.dumps(value, ensure_ascii=ascii_only)[1:-1]
+        forms[f"json(ensure_ascii={ascii_only})"] = once
+        forms[f"json twice (ensure_ascii={ascii_only})"] = json.dumps(once, ensure_ascii=ascii_only)[1:-1]
+    for name, encoded in (("quote", quote(value, safe="")), ("quote_plus", quote_plus(value))):
+        forms[name] = encoded
+        forms[f"{name}, lower-case hex"] = re.sub("%[0-9A-F]{2}", lambda m: m.group().lower(), encoded)
+    for source, raw in (("", value.encode()), (" of quote_plus", quote_plus(value).encode())):
+        for before in range(3):  # the value's offset in its 3-byte group decides its characters
+            text = base64.b64encode(b"x" * before + raw).decode().rstrip("=")
+            shares_last = (before + len(raw)) % 3 != 0
+            core = text[(0, 2, 3)[before] : len(text) - shares_last]  # the value's bits alone
+            if len(core) >= 8:
+                forms[f"base64{source} (offset {before})"] = core
+                forms[f"base64url{source} (offset {before})"] = core.translate(str.maketrans("+/", "-_"))
+    return forms
 
 
 class SecretScanner:
@@ -68,15 +100,19 @@ class SecretScanner:
             self.redis_urls.append(url)
 
     def findings(self) -> list[str]:
-        """``"<value prefix>… in <where>"`` for each leak found."""
+        """``"<value prefix>… in <where>"`` (``… as <form> in …`` when encoded) for each leak found."""
         found = []
         stores = [(u, _database_text(u)) for u in self.database_urls]
         stores += [(f"redis {u}", _redis_text(u)) for u in self.redis_urls]
+        forms = {value: encodings(value) for value in self.values}
         for where, text in self.texts + stores:
             lowered = text.lower()
-            for value in self.values:
-                if value in text or value.encode().hex() in lowered:
-                    found.append(f"{value[:4]}… in {where}")
+            for value, shapes in forms.items():
+                name = next((n for n, v in shapes.items() if v in (lowered if n == "hex" else text)), None)
+                if name is not None:
+                    found.append(
+                        f"{value[:4]}… in {where}" if name == "raw" else f"{value[:4]}… as {name} in {where}"
+                    )
         return found
 
     def assert_clean(self) -> None:

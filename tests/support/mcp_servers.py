@@ -293,7 +293,7 @@ class BearerCredentials:
     async def auth_headers(self, server: Any, ctx: Any, *, trusted: bool) -> dict[str, str]:
         self.requests += 1
         token = self.tokens[min(len(self.invalidated), len(self.tokens) - 1)]
-        ctx.secret_values.add(token)
+        ctx.secrets.add(token)  # the run's only: SECRETS would keep short test tokens for later tests
         return {"authorization": f"Bearer {token}"}
 
     async def invalidate(self, server: Any, ctx: Any, *, refused: Any = None) -> None:

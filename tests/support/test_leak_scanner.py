@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import os
 import subprocess
 import sys
 import uuid
 from pathlib import Path
+from urllib.parse import quote_plus, urlencode
 
 from sqlalchemy import text
 
@@ -23,7 +26,28 @@ def test_it_finds_a_value_in_observed_text_and_in_hex() -> None:
     assert scanner.findings() == []
     scanner.observe("a response", b'{"echo": "s3cr3t-value"}')
     scanner.observe("a bytea dump", "\\x" + b"s3cr3t-value".hex().upper())
-    assert scanner.findings() == ["s3cr… in a response", "s3cr… in a bytea dump"]
+    assert scanner.findings() == ["s3cr… in a response", "s3cr… as hex in a bytea dump"]
+
+
+def test_it_finds_a_value_json_escaped_url_encoded_or_in_base64_at_any_offset() -> None:
+    value = 'sk-"q"\\é/+ x-0123456789'
+    scanner = SecretScanner()
+    scanner.watch(value)
+    scanner.observe("json", json.dumps({"k": value}))
+    scanner.observe("json, ascii", json.dumps({"k": value}, ensure_ascii=True))
+    scanner.observe("nested json", json.dumps({"k": json.dumps({"k": value})}))
+    scanner.observe("form", urlencode({"k": value}))
+    scanner.observe("basic", "Basic " + base64.b64encode(f"user:{quote_plus(value)}".encode()).decode())
+    scanner.observe("b64url", base64.urlsafe_b64encode(f"ab{value}tail".encode()).decode().rstrip("="))
+    scanner.observe("redacted", json.dumps({"k": "[REDACTED]", "b": base64.b64encode(b"other").decode()}))
+    assert [f.rsplit(" in ", 1)[1] for f in scanner.findings()] == [
+        "json",
+        "json, ascii",
+        "nested json",
+        "form",
+        "basic",
+        "b64url",
+    ]
 
 
 def test_it_finds_a_plaintext_row_in_the_database(database_url: str) -> None:

@@ -1,8 +1,10 @@
 """A real OAuth token endpoint over TLS (certificate from a CA made in the test with ``trustme``).
 
 ``TokenEndpoint.behaviour`` decides each answer (``ok``, ``status_500``, ``hang``, ``oversized``,
-``oversized_chunked``, ``no_token``, ``redirect``, ``mac_token``); every request's headers and form
-are kept in ``requests``. ``gate`` (a threading.Event) holds ``ok`` answers until the test opens it.
+``oversized_chunked``, ``no_token``, ``redirect``, ``mac_token``, ``echo``: a 401 whose
+``error_description`` repeats the credentials it received, as endpoints with debug output do);
+every request's headers, form and raw body are kept in ``requests``. ``gate`` (a threading.Event)
+holds ``ok`` answers until the test opens it.
 
 ``IssuedTokens`` is the resource server's side of the same identity provider: an MCP server built
 with the official SDK (``MCPServer(token_verifier=…)``) accepts exactly the tokens this endpoint
@@ -53,6 +55,7 @@ class Clock:
 class TokenRequest:
     headers: dict[str, str]
     form: dict[str, str]
+    body: bytes = b""
 
     def client_id(self) -> str | None:
         """The client id, from HTTP Basic or from the form (client_secret_post)."""
@@ -145,8 +148,9 @@ class TokenEndpoint:
         self.revoked.update(self.issued)
 
     async def _token(self, request: Request) -> Response:
+        body = await request.body()
         form = {k: str(v) for k, v in (await request.form()).items()}
-        token_request = TokenRequest({k.lower(): v for k, v in request.headers.items()}, form)
+        token_request = TokenRequest({k.lower(): v for k, v in request.headers.items()}, form, body)
         self.requests.append(token_request)
         if self.public_key is not None and (problem := self._check_assertion(form)):
             self.rejections.append(problem)
@@ -191,6 +195,8 @@ class TokenEndpoint:
                 return RedirectResponse("/elsewhere", status_code=307)
             case "mac_token":
                 return JSONResponse({"access_token": "m", "token_type": "mac", "expires_in": 3600})
+            case "echo":
+                return JSONResponse({"error": "invalid_client", "error_description": _echo(request)}, 401)
         await asyncio.to_thread(self.gate.wait, 60)
         token = f"{self._prefix}-{next(self._counter)}"
         lifetime = float(self.expires_in) if isinstance(self.expires_in, int | float) else 3600.0
@@ -223,6 +229,15 @@ class IssuedTokens:
     def expired(self, token: str) -> bool:
         """Whether ``token``'s lifetime is over (what the MCP server will say about it now)."""
         return time.time() >= self.endpoint.grants[token].expires_at
+
+
+def _echo(request: TokenRequest) -> str:
+    """What a chatty endpoint says back: the signature it could not verify, or the form and the
+    Authorization header it was sent (within the first 200 characters the gateway shows)."""
+    assertion = request.form.get("client_assertion")
+    if assertion is not None:
+        return f"client_assertion signature {assertion.rsplit('.', 1)[-1]} does not verify"
+    return f"rejected {request.body.decode()} {request.headers.get('authorization', '')}".strip()
 
 
 async def _chunks(kib: int):  # type: ignore[no-untyped-def]

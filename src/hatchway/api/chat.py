@@ -103,7 +103,12 @@ class ChatCompletionsApp:
         gw = self.gw
         headers = header_dict(scope["headers"])
         principal = await gw.orgs.authenticate(bearer_token(headers.get("authorization", "")))
-        ctx = RunContext.from_headers(principal, headers, deadline_seconds=gw.settings.loop_deadline_seconds)
+        ctx = RunContext.from_headers(
+            principal,
+            headers,
+            deadline_seconds=gw.settings.loop_deadline_seconds,
+            known_secrets=gw.models.secrets,
+        )
         # The record is written when the scope closes: after the answer is on its way.
         async with gw.scopes.open(ROUTE_NAME, ctx) as run:
             response = await self._answer(run, receive)

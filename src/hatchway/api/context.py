@@ -15,5 +15,7 @@ def header_dict(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
 
 
 def run_context(connection: HTTPConnection, principal: Principal, deadline_seconds: float) -> RunContext:
+    """The run's context; it redacts the gateway's provider keys as well as the secrets it resolves."""
     headers = header_dict(connection.scope["headers"])
-    return RunContext.from_headers(principal, headers, deadline_seconds=deadline_seconds)
+    known = connection.app.state.gateway.models.secrets
+    return RunContext.from_headers(principal, headers, deadline_seconds=deadline_seconds, known_secrets=known)

@@ -11,10 +11,12 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from hatchway.engine.items import Usage
 from hatchway.errors import InvalidRequest
 from hatchway.observability.log_redaction import SECRETS
+from hatchway.observability.redaction import Redactor
 
 MAX_ON_BEHALF_OF = 256
 MAX_SESSION_KEY = 256
@@ -129,15 +131,25 @@ class RunContext:
     depth: int = 0
     """Subagent nesting depth (0 for a top-level request)."""
     response_id: str | None = None
-    secret_values: set[str] = field(default_factory=set)
-    """Every secret value resolved during the run; scrubbed from anything stored or returned."""
+    secrets: Redactor = field(default_factory=Redactor)
+    """Every secret value resolved during the run (over the gateway's provider keys, its ``base``):
+    scrubbed, in every encoding, from anything stored or returned."""
     run: RunState = field(default_factory=RunState)
 
     @classmethod
     def from_headers(
-        cls, principal: Principal, headers: Mapping[str, str], *, deadline_seconds: float, depth: int = 0
+        cls,
+        principal: Principal,
+        headers: Mapping[str, str],
+        *,
+        deadline_seconds: float,
+        depth: int = 0,
+        known_secrets: Redactor | None = None,
     ) -> RunContext:
-        """The context of a request from its lower-cased headers; 400 for an oversized identity."""
+        """The context of a request from its lower-cased headers; 400 for an oversized identity.
+
+        ``known_secrets`` are values the gateway already holds (its provider keys): the run
+        redacts them too."""
         on_behalf_of = headers.get("x-on-behalf-of") or None
         if on_behalf_of is not None and len(on_behalf_of) > MAX_ON_BEHALF_OF:
             raise InvalidRequest(
@@ -158,6 +170,7 @@ class RunContext:
             session_key=session_key,
             deadline=time.monotonic() + deadline_seconds,
             depth=depth,
+            secrets=Redactor(base=known_secrets),
         )
 
     def child(self) -> RunContext:
@@ -168,7 +181,7 @@ class RunContext:
             on_behalf_of=self.on_behalf_of,
             deadline=self.deadline,
             depth=self.depth + 1,
-            secret_values=self.secret_values,
+            secrets=self.secrets,
             run=self.run.child(),
         )
 
@@ -180,15 +193,21 @@ class RunContext:
         """Seconds left before the deadline (may be negative)."""
         return self.deadline - time.monotonic()
 
+    @property
+    def secret_values(self) -> set[str]:
+        """The raw secret values this run redacts."""
+        return self.secrets.values()
+
     def add_secret(self, value: str) -> None:
         """Remember a secret value the run resolved: scrubbed from what it stores or returns, and
-        from third-party log lines (``observability/log_redaction.py``)."""
-        self.secret_values.add(value)
+        from third-party log lines (``observability/log_redaction.py``), in every encoding."""
+        self.secrets.add(value)
         SECRETS.add(value)
 
     def redact(self, text: str) -> str:
-        """Replace every known secret value in ``text`` with ``[REDACTED]``."""
-        for value in self.secret_values:
-            if value and value in text:
-                text = text.replace(value, "[REDACTED]")
-        return text
+        """``text`` with every known secret value, raw or encoded, replaced by ``[REDACTED]``."""
+        return self.secrets.redact(text)
+
+    def redact_value(self, value: Any) -> Any:
+        """A JSON-like value (a structured result) with every secret redacted from its strings."""
+        return self.secrets.redact_value(value)

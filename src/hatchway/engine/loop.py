@@ -301,8 +301,10 @@ class AgentLoop:
                     break
                 if isinstance(event, StreamDone):
                     current.response = event.response
-                elif isinstance(event, TextDelta) and (delta := current.add(event.text)) is not None:
-                    yield delta
+                elif isinstance(event, TextDelta):
+                    delta = current.add(ctx.redact(event.text))
+                    if delta is not None:
+                        yield delta
         finally:
             aclose = getattr(events, "aclose", None)
             if aclose is not None:
@@ -311,6 +313,8 @@ class AgentLoop:
     def _record_response(
         self, run: _Transcript, response: ModelResponse, started: float, ctx: RunContext
     ) -> None:
+        if response.text:  # a model that decoded a secret a tool encoded some other way
+            response.text = ctx.redact(response.text)
         run.steps.append(_model_step(len(run.rounds), started, response, "ok"))
         run.usage.add(response.usage)
         ctx.run.usage.add(response.usage)

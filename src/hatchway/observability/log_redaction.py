@@ -3,7 +3,8 @@
 At DEBUG the MCP SDK logs every JSON-RPC message it sends and receives — tool arguments and
 results, where a secret may travel — and httpcore logs response headers. ``SecretLogFilter`` rewrites
 each record of those libraries before any handler sees it: every secret value this process has
-resolved (``SECRETS``: vault secrets, OAuth access tokens) becomes ``[REDACTED]``, and so do
+resolved (``SECRETS``: vault secrets, provider keys, OAuth access tokens), raw or encoded (JSON-escaped,
+URL-encoded, base64: ``observability/redaction.py``), becomes ``[REDACTED]``, and so do
 credentials in the shapes these libraries print them (``Bearer …``, ``(b'authorization', b'…')``).
 
 A filter on a logger does not see its children's records, so ``install_log_redaction()`` puts the
@@ -16,9 +17,9 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 
-REDACTED = "[REDACTED]"
+from hatchway.observability.redaction import REDACTED, Redactor
+
 LIBRARIES = ("mcp", "httpx", "httpx2", "httpcore", "httpcore2")
 _PAYLOAD_LOGGERS = (
     "mcp.client.streamable_http",  # "Sending client message: …", "SSE message: …"
@@ -43,39 +44,17 @@ _CREDENTIALS = (
 )
 
 
-class SecretValues:
-    """Secret values resolved in this process, newest kept (a bounded set: tokens rotate)."""
-
-    def __init__(self, limit: int = 4096) -> None:
-        self._limit = limit
-        self._values: dict[str, None] = {}
-        self._lock = threading.Lock()  # log records are filtered on any thread
-        self._longest_first: tuple[str, ...] = ()
-
-    def add(self, value: str) -> None:
-        if not value:
-            return
-        with self._lock:
-            if value in self._values:  # seen: keep it newest, the set (and its order) is unchanged
-                del self._values[value]
-                self._values[value] = None
-                return
-            self._values[value] = None
-            while len(self._values) > self._limit:
-                del self._values[next(iter(self._values))]
-            # Longest first: a secret that contains another is redacted whole.
-            self._longest_first = tuple(sorted(self._values, key=len, reverse=True))
-
-    def redact(self, text: str) -> str:
-        for value in self._longest_first:
-            if value in text:
-                text = text.replace(value, REDACTED)
-        for pattern, replacement in _CREDENTIALS:
-            text = pattern.sub(replacement, text)
-        return text
+SECRETS = Redactor(limit=4096)
+"""Every secret value this process resolved (vault secrets, provider keys, OAuth tokens), newest
+kept: tokens rotate. Each value is matched in all its forms (``observability/redaction.py``)."""
 
 
-SECRETS = SecretValues()
+def redact_line(text: str) -> str:
+    """A log line without known secret values (in any of their forms) or credentials."""
+    text = SECRETS.redact(text)
+    for pattern, replacement in _CREDENTIALS:
+        text = pattern.sub(replacement, text)
+    return text
 
 
 class SecretLogFilter(logging.Filter):
@@ -86,13 +65,13 @@ class SecretLogFilter(logging.Filter):
             message = record.getMessage()
         except Exception:  # a record whose args do not fit its format: logging reports it itself
             return True
-        clean = SECRETS.redact(message)
+        clean = redact_line(message)
         if clean != message:
             record.msg, record.args = clean, None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
-            record.exc_text = SECRETS.redact(record.exc_text)
+            record.exc_text = redact_line(record.exc_text)
         return True
 
 

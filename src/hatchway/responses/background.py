@@ -201,6 +201,7 @@ class Background:
             headers,
             deadline_seconds=self.settings.loop_deadline_seconds,
             depth=record.depth,
+            known_secrets=self.runner.planner.models.secrets,
         )
         ctx.response_id = record.id
         return ctx

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -26,6 +27,12 @@ from hatchway.engine.providers.upstream_http import (
     UpstreamResponse,
 )
 from hatchway.errors import HatchwayError, ProviderStatusError, ProviderTimeout, ProviderUnavailable
+from hatchway.observability.log_redaction import SECRETS
+from hatchway.observability.redaction import Redactor
+
+MAX_ERROR_SNIPPET = 200
+_CREDENTIAL_HEADER = re.compile(r"(?i)auth|key|token|secret|cookie")
+"""Extra provider headers whose values are credentials (``api-key``, ``x-goog-api-key``…): redacted."""
 
 
 def build_body(req: ModelRequest, *, stream: bool) -> dict[str, Any]:
@@ -85,15 +92,25 @@ def parse_completion(data: dict[str, Any]) -> ModelResponse:
     )
 
 
-def _error_message(status: int, body: bytes) -> tuple[str, dict[str, Any] | None]:
+def upstream_error(status: int, body: bytes, secrets: Redactor) -> ProviderStatusError:
+    """The error for an upstream's non-2xx answer, scrubbed of ``secrets`` (its API key, which some
+    upstreams echo back from the ``Authorization`` header they refused) before anyone sees it.
+
+    The parsed body is scrubbed string by string (whatever escaping the upstream used); a body that
+    is not JSON is scrubbed whole before it is cut to a snippet, so no half of a key survives the cut.
+    """
     try:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError:
         parsed = None
     if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
-        return str(parsed["error"].get("message") or f"upstream returned {status}"), parsed
-    snippet = body[:200].decode("utf-8", "replace").strip()
-    return f"The upstream returned HTTP {status}" + (f": {snippet}" if snippet else ""), None
+        clean = secrets.redact_value(parsed)
+        return ProviderStatusError(
+            status, str(clean["error"].get("message") or f"upstream returned {status}"), body=clean
+        )
+    snippet = secrets.redact(body.decode("utf-8", "replace")).strip()[:MAX_ERROR_SNIPPET].strip()
+    message = f"The upstream returned HTTP {status}" + (f": {snippet}" if snippet else "")
+    return ProviderStatusError(status, message)
 
 
 class OpenAICompatProvider(ModelProvider):
@@ -113,16 +130,23 @@ class OpenAICompatProvider(ModelProvider):
         max_connections: int = 200,
         headers: dict[str, str] | None = None,
         api_key_source: Callable[[], Awaitable[str]] | None = None,
+        secrets: Redactor | None = None,
     ) -> None:
-        """``api_key_source`` (a vault lookup) is awaited once, before the first request."""
+        """``api_key_source`` (a vault lookup) is awaited once, before the first request. The key is
+        added to ``secrets`` (the router's, shared by its providers) and scrubbed from upstream errors."""
         self.id = provider_id
+        self.secrets = secrets if secrets is not None else Redactor()
         self._key_source = api_key_source
         self._key_lock = asyncio.Lock()
         self.base_url = base_url.rstrip("/")
         self._url = self.base_url + "/chat/completions"
         self._headers = {"content-type": "application/json", **(headers or {})}
+        for name, value in (headers or {}).items():
+            if _CREDENTIAL_HEADER.search(name):
+                self._register(value)
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"
+            self._register(api_key)
         # The read timeout bounds the wait for each read (a slow first token or a stalled stream),
         # like the per-operation timeouts clients expect; a long, steadily streaming answer has no cap.
         self._timeouts = (connect_timeout, timeout)
@@ -141,6 +165,10 @@ class OpenAICompatProvider(ModelProvider):
             )
         return self._pool
 
+    def _register(self, key: str) -> None:
+        self.secrets.add(key)
+        SECRETS.add(key)  # and out of third-party log lines
+
     async def _resolve_key(self) -> None:
         async with self._key_lock:
             if self._key_source is None:
@@ -149,6 +177,7 @@ class OpenAICompatProvider(ModelProvider):
                 key = await self._key_source()
             except HatchwayError as exc:
                 raise ProviderUnavailable(f"The upstream '{self.id}' has no API key: {exc.message}") from None
+            self._register(key)
             self._headers["authorization"] = f"Bearer {key}"
             if self._pool is not None:
                 try:
@@ -167,8 +196,7 @@ class OpenAICompatProvider(ModelProvider):
         except (TimeoutError, UpstreamError) as exc:
             raise self._transport_error(exc) from exc
         if status >= 400:
-            message, body = _error_message(status, raw)
-            raise ProviderStatusError(status, message, body=body)
+            raise upstream_error(status, raw, self.secrets)
         try:
             data = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
@@ -185,9 +213,8 @@ class OpenAICompatProvider(ModelProvider):
             response = await self._open(content)
             async with response:
                 if response.status >= 400:
-                    message, body = _error_message(response.status, await response.read())
-                    raise ProviderStatusError(response.status, message, body=body)
-                assembler = _StreamAssembler()
+                    raise upstream_error(response.status, await response.read(), self.secrets)
+                assembler = _StreamAssembler(self.secrets)
                 async for raw_line in response.lines():
                     for event in assembler.feed(raw_line.decode("utf-8", "replace")):
                         yield event
@@ -218,7 +245,8 @@ class OpenAICompatProvider(ModelProvider):
 class _StreamAssembler:
     """Turns SSE lines of chat chunks into deltas and, at the end, one whole response."""
 
-    def __init__(self) -> None:
+    def __init__(self, secrets: Redactor) -> None:
+        self.secrets = secrets
         self.text: list[str] = []
         self.calls: dict[int, FunctionCall] = {}
         self.finish_reason: str | None = None
@@ -239,7 +267,8 @@ class _StreamAssembler:
             raise ProviderUnavailable("The upstream sent a stream chunk that is not JSON.") from exc
         if isinstance(chunk, dict) and "error" in chunk and not chunk.get("choices"):
             err = chunk["error"] if isinstance(chunk["error"], dict) else {"message": str(chunk["error"])}
-            raise ProviderUnavailable(f"The upstream failed mid-stream: {err.get('message')}")
+            message = self.secrets.redact(str(err.get("message")))
+            raise ProviderUnavailable(f"The upstream failed mid-stream: {message}")
         self.model = chunk.get("model") or self.model
         for key in ("id", "created", "system_fingerprint"):
             if key in chunk:

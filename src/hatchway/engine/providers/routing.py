@@ -11,6 +11,7 @@ from hatchway.config.settings import Settings
 from hatchway.engine.providers.base import ModelProvider
 from hatchway.engine.providers.openai_compat import OpenAICompatProvider
 from hatchway.errors import ConfigError, ModelNotFound
+from hatchway.observability.redaction import Redactor
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,9 @@ class ModelRouter:
     def __init__(self, settings: Settings, secret_lookup: SecretLookup | None = None) -> None:
         self.settings = settings
         self.providers: dict[str, ModelProvider] = {}
+        self.secrets = Redactor()
+        """Every provider's API key once known (literal and ``env:`` at start, ``secret.`` on first
+        use): scrubbed from upstream errors and, as every run's ``known_secrets``, from runs."""
         for i, cfg in enumerate(settings.providers):
             if cfg.api_key and cfg.api_key.startswith("env:") and cfg.api_key[4:] not in os.environ:
                 raise ConfigError(
@@ -61,6 +65,7 @@ class ModelRouter:
                 connect_timeout=cfg.connect_timeout_seconds,
                 max_connections=cfg.max_connections,
                 headers=cfg.headers,
+                secrets=self.secrets,
             )
         self._models = {m.name: (m.provider, m.target) for m in settings.models}
 

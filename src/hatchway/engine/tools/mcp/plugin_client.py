@@ -113,7 +113,11 @@ class PluginMcpClient:
             known = listing.last_known()
             if known is None:
                 raise failed.error from None
-            logger.warning("MCP server %s: listing again failed (%s); kept its last tools", server.id, failed)
+            logger.warning(
+                "MCP server %s: listing again failed (%s); kept its last tools",
+                server.id,
+                ctx.redact(failed.error.message),
+            )
             return known
         return tools
 

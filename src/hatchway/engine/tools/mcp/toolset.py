@@ -56,8 +56,9 @@ class McpToolset(Toolset):
             tools = await self.client.list_tools(server, ctx)
         except HatchwayError as exc:
             # One unreachable server must not take the others' tools away from the run.
-            logger.warning("MCP server %s: tools not listed (%s)", server.id, exc.message)
-            ctx.run.listing_failures.append(ListingFailure(server.id, ctx.redact(exc.message)))
+            message = ctx.redact(exc.message)  # a server's or token endpoint's words may echo a secret
+            logger.warning("MCP server %s: tools not listed (%s)", server.id, message)
+            ctx.run.listing_failures.append(ListingFailure(server.id, message))
             return []
         specs = []
         for tool in tools:

@@ -182,8 +182,8 @@ async def _record_result(
     await store.finish(
         op.id,
         S.COMPLETED,
-        verdict={k: v for k, v in verdict.to_dict().items() if k != "items"},
-        items=[item.to_dict() for item in verdict.items],
+        verdict=ctx.redact_value({k: v for k, v in verdict.to_dict().items() if k != "items"}),
+        items=ctx.redact_value([item.to_dict() for item in verdict.items]),
         result=sanitize_result(body, ctx),
     )
 
@@ -197,13 +197,15 @@ async def _renew_lease(store: OperationStore, op_id: str) -> None:
 
 
 def sanitize_result(body: Any, ctx: RunContext) -> Any:
-    """The raw result as stored: secret values redacted, size capped."""
-    text = ctx.redact(orjson.dumps(body).decode() if not isinstance(body, str) else body)
+    """The raw result as stored: secret values redacted, size capped.
+
+    A structured body is redacted string by string, keys included, before anything serialises it:
+    whatever a later serialisation escapes, its strings are already clean."""
+    clean = ctx.redact_value(body)
+    text = clean if isinstance(clean, str) else orjson.dumps(clean).decode()
     if len(text) > MAX_STORED_RESULT_CHARS:
         return {"truncated": True, "text": text[:MAX_STORED_RESULT_CHARS]}
-    if isinstance(body, str):
-        return text
-    return orjson.loads(text)
+    return clean
 
 
 def _error(exc: ToolError, ctx: RunContext) -> dict[str, Any]:

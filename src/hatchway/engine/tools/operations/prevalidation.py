@@ -63,7 +63,8 @@ async def run_validator(
         return ValidatorAnswer(tool, failure=f"validator unavailable: {ctx.redact(exc.message)}")
     if result.is_error:
         return ValidatorAnswer(tool, failure=f"validator returned an error: {ctx.redact(result.text)[:300]}")
-    return read_validator_answer(tool, result.structured)
+    # What it says is stored with the operation and shown to the user: scrubbed like any result.
+    return read_validator_answer(tool, ctx.redact_value(result.structured))
 
 
 def read_validator_answer(tool: str, body: Any) -> ValidatorAnswer:

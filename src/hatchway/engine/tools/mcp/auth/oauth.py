@@ -6,7 +6,9 @@ or, with no shared secret at all, with a JWT signed by its private key (``privat
 RFC 7523 §2.2, see ``assertion.py``).
 Anything short of a well-formed bearer token — a non-2xx status, a redirect (never followed), a
 timeout, a body over 64 KiB, no ``access_token`` — raises McpAuthError; nothing falls back to an
-unauthenticated request. Error messages name the server and the endpoint, never a secret.
+unauthenticated request. Error messages name the server and the endpoint, never a secret: what
+the endpoint says back is scrubbed of every credential the request carried (the client secret, the
+Basic header, the client assertion), raw or encoded, since some endpoints echo their input.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import base64
 import ipaddress
 import re
 import ssl
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, get_args
 from urllib.parse import quote_plus, urlsplit
@@ -25,6 +28,7 @@ import orjson
 from hatchway.engine.tools.mcp.auth.assertion import ASSERTION_TYPE, sign_assertion
 from hatchway.engine.tools.mcp.auth.egress import PinnedAddress
 from hatchway.errors import McpAuthError
+from hatchway.observability.redaction import Redactor
 
 if TYPE_CHECKING:  # httpx is imported when a token is first fetched (see assertion.py for why)
     import httpx
@@ -167,24 +171,29 @@ class TokenEndpoint:
 
         limit = self.timeout if budget is None else max(min(budget, self.timeout), 0.001)
         endpoint = f"{what}: the OAuth token endpoint {_display(grant.token_url)}"
+        headers, form = build_request(grant)
         try:
             async with asyncio.timeout(limit):
-                status, body = await self._post(grant, pin, endpoint)
+                status, body = await self._post(grant.token_url, headers, form, pin, endpoint)
         except TimeoutError:
             raise McpAuthError(f"{endpoint} did not answer within {limit:g}s", code="oauth_timeout") from None
         except httpx.TransportError as exc:
             raise McpAuthError(
                 f"{endpoint} is unreachable ({type(exc).__name__})", code="oauth_unreachable"
             ) from None
-        return parse_token_response(status, body, endpoint, grant.client_secret)
+        return parse_token_response(status, body, endpoint, sent_credentials(grant, headers, form))
 
     async def _post(
-        self, grant: ClientCredentials, pin: PinnedAddress | None, endpoint: str
+        self,
+        token_url: str,
+        headers: dict[str, str],
+        form: dict[str, str],
+        pin: PinnedAddress | None,
+        endpoint: str,
     ) -> tuple[int, bytes]:
         import httpx
 
-        headers, form = build_request(grant)
-        url = httpx.URL(grant.token_url)
+        url = httpx.URL(token_url)
         extensions: dict[str, Any] = {}
         if pin is not None:
             url, host, extensions = pin.apply(url)
@@ -219,11 +228,23 @@ class TokenEndpoint:
             return response.status_code, bytes(body)
 
 
-def parse_token_response(status: int, body: bytes, endpoint: str, client_secret: str) -> AccessToken:
-    """An AccessToken from the endpoint's answer, or McpAuthError saying what was wrong with it."""
+def sent_credentials(
+    grant: ClientCredentials, headers: dict[str, str], form: dict[str, str]
+) -> tuple[str, ...]:
+    """Every credential a token request carries: the client secret (or private key), the HTTP Basic
+    header and the ``private_key_jwt`` client assertion — and the assertion's signature alone, which
+    an endpoint may quote ("signature … does not verify")."""
+    assertion = form.get("client_assertion", "")
+    signature = assertion.rsplit(".", 1)[-1] if assertion.count(".") == 2 else ""
+    return grant.client_secret, headers.get("Authorization", ""), assertion, signature
+
+
+def parse_token_response(status: int, body: bytes, endpoint: str, sent: Sequence[str]) -> AccessToken:
+    """An AccessToken from the endpoint's answer, or McpAuthError saying what was wrong with it
+    (its words scrubbed of ``sent``, the request's credentials)."""
     data = _json_object(body)
     if not 200 <= status < 300:
-        detail = _oauth_error(data, client_secret)
+        detail = _oauth_error(data, sent)
         raise McpAuthError(f"{endpoint} answered HTTP {status}{detail}", code="oauth_failed")
     if data is None:
         raise McpAuthError(f"{endpoint} did not answer with a JSON object", code="oauth_bad_response")
@@ -251,15 +272,15 @@ def _json_object(body: bytes) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _oauth_error(data: dict[str, Any] | None, client_secret: str) -> str:
-    # RFC 6749 §5.2 error codes are short and safe to show; the description is cut and scrubbed.
+def _oauth_error(data: dict[str, Any] | None, sent: Sequence[str]) -> str:
+    # RFC 6749 §5.2 error codes are short and safe to show; the description is scrubbed, then cut
+    # (cut first, a credential on the edge would leave its first half), in every encoding.
     if not data or not isinstance(data.get("error"), str):
         return ""
-    text = data["error"][:64]
+    redactor = Redactor(sent)
+    text = redactor.redact(data["error"])[:64]
     if isinstance(data.get("error_description"), str):
-        text += f": {data['error_description'][:200]}"
-    if client_secret:
-        text = text.replace(client_secret, "[REDACTED]")
+        text += f": {redactor.redact(data['error_description'])[:200]}"
     return f" ({text})"
 
 
