@@ -9,6 +9,8 @@
     │   ├── NotFound ........... 404
     │   │   └── ModelNotFound
     │   ├── Conflict ........... 409
+    │   ├── TooLarge ........... 413: a request body past its limit
+    │   │   └── HeadTooLarge ... 431: a request head (line and headers) past its limit
     │   └── ClientGone ......... 499: the client went away before the answer (nothing is sent)
     ├── Unavailable ............ 503 (a capability this process cannot serve right now)
     ├── InternalError .......... 500: a bug; what a client is told instead of a traceback
@@ -135,6 +137,20 @@ class Conflict(RequestError):
 
     status_code = 409
     default_code = "conflict"
+
+
+class TooLarge(RequestError):
+    """A request body past ``max_request_body_bytes``; the HTTP protocol answers it while reading."""
+
+    status_code = 413
+    default_code = "request_too_large"
+
+
+class HeadTooLarge(TooLarge):
+    """A request line and headers past ``max_request_header_bytes``, answered before the app sees them."""
+
+    status_code = 431
+    default_code = "request_headers_too_large"
 
 
 class ClientGone(RequestError):

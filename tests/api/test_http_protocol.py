@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from hatchway.api.http_protocol import OneWriteHttpToolsProtocol
+from hatchway.api.http_protocol import HatchwayHttpProtocol
 from tests.support.servers import ServerThread
 
 BODY = b'{"answer": "held until the body is ready"}'
@@ -55,7 +55,7 @@ def serve():
     servers: list[ServerThread] = []
 
     def start(app: Any) -> int:
-        server = ServerThread(app, http=OneWriteHttpToolsProtocol, lifespan="off").start()
+        server = ServerThread(app, http=HatchwayHttpProtocol, lifespan="off").start()
         servers.append(server)
         return server.port
 

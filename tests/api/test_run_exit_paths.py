@@ -3,7 +3,7 @@ span the run opened has ended, and the run has exactly one record.
 
 The exit paths: an answer, an upstream error, an unexpected exception, a client that hangs up
 mid-stream, a cancel, a background response through the job queue (real Redis), an abandoned
-WebSocket turn, and a body that cannot be serialised upstream.
+WebSocket turn, and a body that could not be serialised upstream (refused as it is read).
 """
 
 from __future__ import annotations
@@ -228,11 +228,11 @@ def test_an_abandoned_websocket_turn(traced, llm: ScriptedLLM, ledger: SpanLedge
     assert record["route"] == "responses"
 
 
-def test_a_body_that_cannot_be_serialised_upstream(traced, llm: ScriptedLLM, ledger: SpanLedger) -> None:
+def test_a_body_that_could_not_be_serialised_upstream(traced, llm: ScriptedLLM, ledger: SpanLedger) -> None:
     gateway = traced()
     llm.reply("unused")
     nested: Any = "deep"
-    for _ in range(300):  # JSON that parses (1024 levels) but cannot be written back (254 levels)
+    for _ in range(300):  # JSON that parses (1024 levels) but could not be written back (254 levels)
         nested = [nested]
 
     response = httpx.post(
@@ -241,7 +241,7 @@ def test_a_body_that_cannot_be_serialised_upstream(traced, llm: ScriptedLLM, led
         headers={"authorization": f"Bearer {gateway.key}", "content-type": "application/json"},
     )
 
-    assert response.status_code >= 400 and "Traceback" not in response.text
+    assert response.status_code == 400 and response.json()["error"]["param"].startswith("metadata.x[0]")
     assert llm.requests == []
-    record = settled(ledger, gateway)
-    assert record["status"] == "error"
+    record = settled(ledger, gateway, runs=0)  # refused as it was read: no run was planned
+    assert (record["status"], record["http_status"]) == ("error", 400)

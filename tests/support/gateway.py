@@ -13,7 +13,7 @@ import openai
 import yaml
 
 from hatchway.api.app import create_app
-from hatchway.api.http_protocol import OneWriteHttpToolsProtocol
+from hatchway.api.http_protocol import HatchwayHttpProtocol, HttpLimits
 from hatchway.config.settings import load_settings
 from hatchway.gateway import Gateway
 from hatchway.store.db import Database
@@ -47,9 +47,10 @@ class RunningGateway:
         self.config_path = config_path
         self.settings = load_settings(config_path)
         self.gateway = Gateway(self.settings, **gateway_options)
-        # Served as `hatchway serve` serves it: one write per response of known length.
+        # Served as `hatchway serve` serves it: its request limits, one write per response of known length.
         self.server = ServerThread(
-            create_app(self.settings, gateway=self.gateway), http=OneWriteHttpToolsProtocol
+            create_app(self.settings, gateway=self.gateway),
+            http=HatchwayHttpProtocol.with_limits(HttpLimits.of(self.settings)),
         )
         self.org: OrgKey | None = None
         self._clients: list[openai.OpenAI] = []

@@ -75,6 +75,16 @@ class HatchwayProcess:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def rss_mib(self) -> float:
+        """The process's resident memory now, from /proc."""
+        status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))) / 1024
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the process has used so far, from /proc."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def check_alive(self) -> None:
         if not self.alive():
             raise AssertionError(

@@ -101,14 +101,47 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, handle)
 
 
+MAX_JSON_DEPTH = 128
+"""Deeper JSON is refused: the gateway serialises again what it forwards and stores (orjson stops at
+254 levels, inside the gateway's own wrapping), and no API field needs more."""
+
+
 def parse_json_body(raw: bytes) -> Any:
-    """The request body as JSON, or a 400 that says where it broke."""
+    """The request body as JSON, or a 400 that says where it broke (or where it nests too deep)."""
     if not raw:
         raise InvalidRequest("The request body is empty; send a JSON object.")
     try:
-        return orjson.loads(raw)
+        data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequest(f"The request body is not valid JSON ({exc}).", code="invalid_json") from None
+    check_nesting(raw, data)
+    return data
+
+
+def check_nesting(raw: bytes | str, data: Any) -> None:
+    """A 400 naming the field when ``data`` (parsed from ``raw``) nests past MAX_JSON_DEPTH."""
+    opened = raw.count("[") + raw.count("{") if isinstance(raw, str) else raw.count(b"[") + raw.count(b"{")
+    if opened > MAX_JSON_DEPTH and (path := _too_deep(data)) is not None:  # counting is cheap, walking is not
+        raise InvalidRequest(
+            f"{path or '(root)'}: nested deeper than {MAX_JSON_DEPTH} levels", param=path or None
+        )
+
+
+def _too_deep(data: Any) -> str | None:
+    """The field path of the first value nested past MAX_JSON_DEPTH, or None."""
+    stack: list[tuple[Any, str, int]] = [(data, "", 1)]
+    while stack:
+        value, path, depth = stack.pop()
+        if isinstance(value, dict):
+            children = [(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()]
+        elif isinstance(value, list):
+            children = [(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        else:
+            continue
+        if depth > MAX_JSON_DEPTH:
+            return path
+        stack.extend((child, child_path, depth + 1) for child, child_path in children)
+    return None
 
 
 def validate_body(model: type[M], data: Any) -> M:

@@ -22,6 +22,7 @@ from starlette.responses import Response
 
 from hatchway.api.auth import authenticate
 from hatchway.api.context import run_context
+from hatchway.api.errors import check_nesting
 from hatchway.config.loading import validation_problems
 from hatchway.engine.context import Principal
 from hatchway.errors import HatchwayError, InvalidRequest
@@ -34,6 +35,8 @@ router = APIRouter()
 REMEMBERED_RESPONSES = 4
 """How many of its latest responses a socket keeps for ``previous_response_id`` continuation."""
 _TRANSPORT_FIELDS = ("stream", "stream_options")
+UNSUPPORTED_DATA = 1003
+"""The close code for a binary frame (RFC 6455 §7.4.1)."""
 
 
 @router.websocket("/v1/responses")
@@ -95,7 +98,12 @@ class SocketSession:
                 message = await self.websocket.receive()
                 if message["type"] == "websocket.disconnect":
                     return
-                await self._inbox.put(message.get("text") or "")
+                if message.get("text") is None:  # a binary frame: the protocol is JSON text
+                    await self.websocket.close(
+                        code=UNSUPPORTED_DATA, reason="send events as JSON text frames"
+                    )
+                    return
+                await self._inbox.put(message["text"])
         except (WebSocketDisconnect, RuntimeError):  # the connection is already gone
             return
         finally:
@@ -171,6 +179,7 @@ def _client_event(text: str) -> dict[str, Any]:
         message = orjson.loads(text)
     except orjson.JSONDecodeError:
         raise InvalidRequest("the message is not valid JSON") from None
+    check_nesting(text, message)
     if not isinstance(message, dict) or message.get("type") != "response.create":
         kind = message.get("type") if isinstance(message, dict) else None
         raise InvalidRequest(f"type: expected 'response.create' (got {kind!r})", param="type")

@@ -41,7 +41,7 @@ def serve(
     import uvicorn
 
     from hatchway.api.app import create_app
-    from hatchway.api.http_protocol import OneWriteHttpToolsProtocol
+    from hatchway.api.http_protocol import HatchwayHttpProtocol, HttpLimits
 
     settings = settings_from(config)
     configure_logging(log_level)
@@ -64,7 +64,8 @@ def serve(
         log_level=log_level,
         access_log=False,
         loop="uvloop",
-        http=OneWriteHttpToolsProtocol,
+        http=HatchwayHttpProtocol.with_limits(HttpLimits.of(settings)),
+        ws_max_size=settings.max_request_body_bytes,
     )
 
 

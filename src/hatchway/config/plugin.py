@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, AliasChoices, ConfigDict, Field, field_validator, model_validator
 
@@ -195,7 +196,7 @@ class McpServerConfig(_PluginModel):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^https?://[^/\s]+\S*$", value):
+        if value is not None and (not re.match(r"^https?://[^/\s]+\S*$", value) or not _splits(value)):
             raise ValueError(f"must be an http(s) URL such as https://mcp.example.com/mcp (got {value!r})")
         return value
 
@@ -312,6 +313,17 @@ def load_plugin(path: str | Path) -> PluginConfig:
     except OSError as exc:
         raise ConfigError(str(path), [("", f"cannot read the file ({exc.strerror})")]) from None
     return parse_plugin(text, str(path))
+
+
+def _splits(url: str) -> bool:
+    """Whether ``url`` has a host and a port the standard library can read: it refuses, by raising,
+    characters that NFKC-normalise into URL syntax (a fullwidth ``／`` or ``＃``) and ports past 65535."""
+    try:
+        parts = urlsplit(url)
+        _ = parts.port
+    except ValueError:
+        return False
+    return bool(parts.hostname)
 
 
 def parse_plugin(text: str, source: str) -> PluginConfig:

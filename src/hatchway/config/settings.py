@@ -189,6 +189,16 @@ class Settings(StrictModel):
     """Agents, addressed as model ``agent:<name>`` in both APIs."""
     allow_private_mcp_urls: bool = False
     """Let plugins sent inline in a header reach loopback/private addresses (trusted networks only)."""
+    max_request_body_bytes: Annotated[int, Field(ge=1024)] = 16 * 1024 * 1024
+    """A request body larger than this is answered 413 ``request_too_large`` while it is read (at once
+    when its ``content-length`` says so): nothing of it is forwarded or stored. Also the largest
+    WebSocket message."""
+    max_request_header_bytes: Annotated[int, Field(ge=4096)] = 64 * 1024
+    """A request line and headers larger than this are answered 431 ``request_headers_too_large``
+    before authentication; the inline plugin header fits well within the default."""
+    request_header_timeout_seconds: Annotated[float, Field(gt=0)] = 10.0
+    """A connection whose request line and headers have not all arrived this long after it opened (or
+    after its previous request) is closed: slow-header (slowloris) connections do not pile up."""
     loop_deadline_seconds: Annotated[float, Field(gt=0)] = 120.0
     """Hard deadline of one agent loop; past it the run ends with ``finish_reason: "timeout"`` and what
     exists."""

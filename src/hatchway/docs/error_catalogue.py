@@ -53,6 +53,10 @@ MEANINGS: dict[str, str] = {
     "none: only that end user may confirm or cancel it; it stays pending.",
     "arguments_digest_mismatch": "The `arguments_digest` sent does not match the arguments awaiting "
     "confirmation (or the stored arguments were altered).",
+    "request_too_large": "The request body passed `max_request_body_bytes` (16 MiB by default); it was "
+    "refused while being read, before anything of it was forwarded or stored, and the connection closed.",
+    "request_headers_too_large": "The request line and headers passed `max_request_header_bytes` (64 KiB "
+    "by default); refused before authentication, and the connection closed.",
     "client_gone": "Not sent: the client went away before the answer. The run log records the run "
     "with HTTP status 499.",
     # -- HTTP: the gateway or its upstream --------------------------------------------------------

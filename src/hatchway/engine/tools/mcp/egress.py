@@ -94,13 +94,16 @@ async def public_address(host: str, port: int, *, resolver: Resolver = resolve_h
 
 async def check_egress(url: str, *, allow_private: bool) -> None:
     """Raise PermissionDenied unless ``url`` may be reached on behalf of an untrusted caller."""
-    parts = urlsplit(url)
-    host = parts.hostname
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError:  # characters that normalise into URL syntax, a port past 65535
+        raise PermissionDenied(f"{url!r}: not a valid URL", code="egress_denied") from None
     if parts.scheme not in ("http", "https") or not host:
         raise PermissionDenied(f"{url}: only http(s) URLs with a host may be used", code="egress_denied")
     if allow_private:
         return
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+    port = port or (443 if parts.scheme == "https" else 80)
     try:
         await public_address(host, port)
     except OSError as exc:

@@ -60,7 +60,11 @@ def token_url_problem(url: str) -> str | None:
     The one rule for ``auth.token_url``: plugin validation reports it with the field path, and the
     exchange checks it again before any request.
     """
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        _ = parts.port
+    except ValueError:  # e.g. a fullwidth "／" in the host, a port past 65535
+        return f"is not a valid URL (got {url!r})"
     if parts.scheme != "https" and not (parts.scheme == "http" and is_loopback_host(parts.hostname)):
         return f"must be https (got {url})"
     if not parts.hostname:
