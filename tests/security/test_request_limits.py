@@ -163,6 +163,11 @@ def test_slow_heads_lose_their_connections_and_the_gateway_serves_on(serve: Serv
         if i % 3:  # two in three send part of a head; the others send nothing at all
             sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: gw\r\nx-slow: ")
         slow.append(sock)
+    kept_alive = socket.create_connection(("127.0.0.1", gateway.port), timeout=30)
+    kept_alive.sendall(b"GET /healthz HTTP/1.1\r\nhost: gw\r\n\r\n")
+    assert kept_alive.recv(65536).startswith(b"HTTP/1.1 200")
+    kept_alive.sendall(b"GET /healthz HTTP/1.1\r\nhost: gw\r\n")  # its next head, never finished
+    slow.append(kept_alive)
     try:
         assert httpx.get(f"{gateway.url}/healthz", timeout=5).status_code == 200
         started = time.monotonic()

@@ -96,7 +96,11 @@ class HatchwayHttpProtocol(HttpToolsProtocol):
             return
         self._head_ended = False
         super().data_received(data)
-        if self._in_head and not self._head_ended and not self._refused:
+        if not self._in_head or self._refused:  # the usual case: the whole head came in this chunk
+            return
+        if self._head_timer is None:  # a head that spans chunks, on a kept-alive connection
+            self._arm_head_timer()
+        if not self._head_ended:
             self._head_bytes += len(data)
             if self._head_bytes > self.limits.max_header_bytes:
                 self._refuse(self._head_too_large())
@@ -108,16 +112,6 @@ class HatchwayHttpProtocol(HttpToolsProtocol):
         self._in_head = True
         self._head_bytes = 0
         self._body_bytes = 0
-        if self._head_timer is None:  # the next request on a kept-alive connection
-            self._arm_head_timer()
-
-    def on_url(self, url: bytes) -> None:
-        if not self._refused:
-            super().on_url(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        if not self._refused:
-            super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
         if self._refused:
