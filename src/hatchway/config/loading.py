@@ -70,10 +70,13 @@ def validation_problems(exc: ValidationError, prefix: str = "") -> list[tuple[st
     return problems
 
 
-def parse_yaml_text(text: str, source: str) -> Any:
-    """Parse YAML, reporting the line and column of a syntax error or of a limit passed."""
+def parse_yaml_text(text: str, source: str, *, untrusted: bool = False) -> Any:
+    """Parse YAML, reporting the line and column of a syntax error or of a limit passed.
+
+    ``untrusted``: the text comes from an API caller, and is parsed within ``yaml_loader``'s limits.
+    """
     try:
-        return load_yaml(text)
+        return load_yaml(text, untrusted=untrusted)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""

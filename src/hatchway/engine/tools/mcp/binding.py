@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import yaml
-
 from hatchway.config.plugin import PluginConfig, StreamMode, load_plugin, parse_plugin
 from hatchway.config.settings import AgentConfig, Settings
 from hatchway.engine.context import RunContext
@@ -235,23 +233,13 @@ def decode_inline_plugin(header: str, value: str) -> PluginConfig:
         text = base64.b64decode(compact + "=" * (-len(compact) % 4), validate=True).decode("utf-8")
     except (binascii.Error, ValueError):
         raise bad("not valid base64-encoded UTF-8 YAML") from None
-    if _has_aliases(text):
-        raise bad("YAML anchors and aliases (&name / *name) are not allowed in inline plugins")
     try:
-        return parse_plugin(text, f"{header} header")
+        return parse_plugin(text, f"{header} header", untrusted=True)
     except ConfigError as exc:
         raise InvalidRequest(exc.message, param=header, code="invalid_plugin") from None
 
 
 _URLSAFE = str.maketrans("-_", "+/")
-
-
-def _has_aliases(text: str) -> bool:
-    # YAML aliases let a few hundred bytes expand into an exponential structure to validate.
-    try:
-        return any(isinstance(e, yaml.AliasEvent) for e in yaml.parse(text, Loader=yaml.SafeLoader))
-    except yaml.YAMLError:
-        return False  # parse_plugin reports the syntax error with its line and column
 
 
 async def _check_untrusted(bound: BoundPlugin, *, allow_private: bool) -> None:
