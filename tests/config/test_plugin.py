@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hatchway.config.plugin import PluginConfig, parse_plugin
+from hatchway.config.plugin import PluginConfig, load_plugin, parse_plugin
 from hatchway.errors import ConfigError
 
 SEED_EXAMPLE = """
@@ -307,3 +307,11 @@ def test_private_key_jwt_takes_a_key_from_the_vault_and_a_loopback_token_url() -
         "k-2026",
         None,
     )
+
+
+def test_an_integer_longer_than_python_reads_is_a_config_error_naming_its_line(tmp_path) -> None:
+    path = tmp_path / "plugin.yaml"
+    path.write_text('version: "1"\nagent:\n  max_rounds: ' + "9" * 5_000 + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_plugin(path)
+    assert caught.value.message.startswith(f"{path}: line 3, column 15: an integer of 5000 digits")

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from hatchway.config.yaml_loader import YamlLimitExceeded, load_yaml
 from hatchway.errors import ConfigError
 
 M = TypeVar("M", bound=BaseModel)
@@ -69,15 +70,20 @@ def validation_problems(exc: ValidationError, prefix: str = "") -> list[tuple[st
     return problems
 
 
-def parse_yaml_text(text: str, source: str) -> Any:
-    """Parse YAML, reporting the line and column of a syntax error."""
+def parse_yaml_text(text: str, source: str, *, untrusted: bool = False) -> Any:
+    """Parse YAML, reporting the line and column of a syntax error or of a limit passed.
+
+    ``untrusted``: the text comes from an API caller, and is parsed within ``yaml_loader``'s limits.
+    """
     try:
-        return yaml.safe_load(text)
+        return load_yaml(text, untrusted=untrusted)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(source, [("", f"{where}not valid YAML ({problem})")]) from None
+        if not isinstance(exc, YamlLimitExceeded):
+            problem = f"not valid YAML ({problem})"
+        raise ConfigError(source, [("", f"{where}{problem}")]) from None
 
 
 def load_yaml_model(model: type[M], path: str | Path, *, prefix: str = "", context: Any = None) -> M:

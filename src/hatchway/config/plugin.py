@@ -326,9 +326,10 @@ def _splits(url: str) -> bool:
     return bool(parts.hostname)
 
 
-def parse_plugin(text: str, source: str) -> PluginConfig:
-    """Validate plugin YAML given as text (``source`` names it in errors)."""
-    return validate_plugin(parse_yaml_text(text, source), source)
+def parse_plugin(text: str, source: str, *, untrusted: bool = False) -> PluginConfig:
+    """Validate plugin YAML given as text (``source`` names it in errors; ``untrusted``: from an API
+    caller, parsed within limits)."""
+    return validate_plugin(parse_yaml_text(text, source, untrusted=untrusted), source)
 
 
 def validate_plugin(data: Any, source: str) -> PluginConfig:

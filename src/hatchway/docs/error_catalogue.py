@@ -18,7 +18,8 @@ MEANINGS: dict[str, str] = {
     "invalid_config": "A configuration file (or an inline plugin) is invalid; the message lists each "
     "field path.",
     "invalid_plugin": "The `hatchway-mcp-plugin` (or `floopy-mcp-plugin`) header is not valid base64 "
-    "plugin YAML, or is sent with an agent that has its own plugin.",
+    "plugin YAML, goes past one of its limits (size, nesting, nodes, parse time, aliases: the message "
+    "names it; see [security.md](security.md#limits)), or is sent with an agent that has its own plugin.",
     "invalid_call_id": "A `function_call_output` answers no pending call of the previous response.",
     "missing_call_output": "A function call of the previous response was left without its "
     "`function_call_output`.",

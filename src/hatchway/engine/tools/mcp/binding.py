@@ -2,8 +2,10 @@
 
 ``PluginBinding.bind`` returns the run's ``PluginPart`` (its MCP client, the toolset the model sees,
 the plugin's loop settings). Plugin files named in hatchway.yaml are parsed once, when the binding
-is built (a broken one stops the start with the file and the field path); inline plugins are parsed
-per distinct header value and cached by hash.
+is built (a broken one stops the start with the file and the field path). Inline plugins are parsed
+per distinct header value, in a worker thread and within ``config/yaml_loader.py``'s limits, so a
+header built to be slow to parse delays no other request; plugins and refusals alike are remembered
+by the hash of the header, so a repeat costs a hash and no parse.
 
 An agent with ``tools:`` (tools.yaml) gets the plugin's client but not the plugin's tools: its model
 sees only what tools.yaml declares, bound by the operations binding under their policies. Offering
@@ -13,6 +15,7 @@ its confirmation.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import fnmatch
@@ -22,9 +25,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-import yaml
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from hatchway.config.plugin import PluginConfig, StreamMode, load_plugin, parse_plugin
 from hatchway.config.settings import AgentConfig, Settings
@@ -44,7 +45,31 @@ PLUGIN_HEADER = "hatchway-mcp-plugin"
 PLUGIN_HEADER_ALIASES = ("floopy-mcp-plugin",)
 """Accepted for teams migrating from Floopy."""
 MAX_INLINE_PLUGIN_BYTES = 32 * 1024
+"""YAML bytes of an inline plugin; ``config/yaml_loader.py`` bounds its depth, nodes and parse time."""
 _INLINE_CACHE_SIZE = 256
+"""Distinct inline headers remembered: 256 plugins, and apart from them 256 refusals."""
+
+V = TypeVar("V")
+
+
+class _Recent(Generic[V]):
+    """The ``size`` most recently used entries, by key."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._entries: OrderedDict[str, V] = OrderedDict()
+
+    def get(self, key: str) -> V | None:
+        value = self._entries.get(key)
+        if value is not None:
+            self._entries.move_to_end(key)
+        return value
+
+    def put(self, key: str, value: V) -> None:
+        self._entries[key] = value
+        self._entries.move_to_end(key)
+        if len(self._entries) > self._size:
+            self._entries.popitem(last=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +116,9 @@ class PluginBinding:
             for i, agent in enumerate(settings.agents)
             if agent.plugin
         }
-        self._inline: OrderedDict[str, PluginConfig] = OrderedDict()
+        self._inline: _Recent[PluginConfig] = _Recent(_INLINE_CACHE_SIZE)
+        self._refused: _Recent[str] = _Recent(_INLINE_CACHE_SIZE)
+        """The message of each refused header: a repeat is refused again without a parse."""
         if self._files:  # plugins are configured: load the MCP client now, not on the first request
             importlib.import_module("hatchway.engine.tools.mcp.toolset")
 
@@ -109,7 +136,7 @@ class PluginBinding:
     ) -> BoundPlugin | None:
         """The request's plugin, checked as a run of it would be: a bad inline plugin, a refused
         address, a bad forwarded header or a secret it may not use fail now (4xx)."""
-        bound = self.select(agent, public_model, ctx.request_headers)
+        bound = await self.select(agent, public_model, ctx.request_headers)
         if bound is None:
             return None
         if not bound.trusted:
@@ -156,7 +183,7 @@ class PluginBinding:
         await self._authorize(bound, ctx)
         return self._client(bound)
 
-    def select(
+    async def select(
         self, agent: AgentConfig | None, public_model: str, headers: Mapping[str, str]
     ) -> BoundPlugin | None:
         """The plugin for this request: the agent's own, else the inline header, else a routing rule."""
@@ -170,23 +197,27 @@ class PluginBinding:
                 )
             return BoundPlugin(self._agents[agent.name], f"agent:{agent.name}", trusted=True)
         if header is not None and value is not None:
-            return BoundPlugin(self.inline(header, value), "inline", trusted=False, header=header)
+            return BoundPlugin(await self.inline(header, value), "inline", trusted=False, header=header)
         for rule, plugin in self._rules:
             if fnmatch.fnmatchcase(public_model, rule.match.model):
                 return BoundPlugin(plugin, f"rule:{rule.name}", trusted=True)
         return None
 
-    def inline(self, header: str, value: str) -> PluginConfig:
-        """Decode and validate an inline plugin (cached by the hash of the header value)."""
-        digest = hashlib.sha256(value.encode()).hexdigest()
-        cached = self._inline.get(digest)
-        if cached is not None:
-            self._inline.move_to_end(digest)
-            return cached
-        plugin = decode_inline_plugin(header, value)
-        self._inline[digest] = plugin
-        if len(self._inline) > _INLINE_CACHE_SIZE:
-            self._inline.popitem(last=False)
+    async def inline(self, header: str, value: str) -> PluginConfig:
+        """Decode and validate an inline plugin in a worker thread, unless this header is remembered."""
+        digest = hashlib.sha256(f"{header}:{value}".encode()).hexdigest()
+        refusal = self._refused.get(digest)
+        if refusal is not None:
+            raise _invalid(header, refusal)
+        plugin = self._inline.get(digest)
+        if plugin is not None:
+            return plugin
+        try:
+            plugin = await asyncio.to_thread(decode_inline_plugin, header, value)
+        except InvalidRequest as exc:
+            self._refused.put(digest, exc.message)
+            raise
+        self._inline.put(digest, plugin)
         return plugin
 
     async def _authorize(self, bound: BoundPlugin, ctx: RunContext) -> None:
@@ -220,10 +251,14 @@ def _inline_header(headers: Mapping[str, str]) -> tuple[str | None, str | None]:
 
 
 def decode_inline_plugin(header: str, value: str) -> PluginConfig:
-    """base64 → YAML → PluginConfig; every failure is a 400 that names the header (and the field)."""
+    """base64 → YAML → PluginConfig; every failure is a 400 that names the header (and the field).
+
+    Synchronous and CPU-bound (up to ``yaml_loader.CPU_SECONDS`` walking the YAML, tens of ms building
+    it): run it in a worker thread.
+    """
 
     def bad(message: str) -> InvalidRequest:
-        return InvalidRequest(f"{header}: {message}", param=header, code="invalid_plugin")
+        return _invalid(header, f"{header}: {message}")
 
     raw = "".join(value.split())
     if not raw:
@@ -235,23 +270,17 @@ def decode_inline_plugin(header: str, value: str) -> PluginConfig:
         text = base64.b64decode(compact + "=" * (-len(compact) % 4), validate=True).decode("utf-8")
     except (binascii.Error, ValueError):
         raise bad("not valid base64-encoded UTF-8 YAML") from None
-    if _has_aliases(text):
-        raise bad("YAML anchors and aliases (&name / *name) are not allowed in inline plugins")
     try:
-        return parse_plugin(text, f"{header} header")
+        return parse_plugin(text, f"{header} header", untrusted=True)
     except ConfigError as exc:
-        raise InvalidRequest(exc.message, param=header, code="invalid_plugin") from None
+        raise _invalid(header, exc.message) from None
+
+
+def _invalid(header: str, message: str) -> InvalidRequest:
+    return InvalidRequest(message, param=header, code="invalid_plugin")
 
 
 _URLSAFE = str.maketrans("-_", "+/")
-
-
-def _has_aliases(text: str) -> bool:
-    # YAML aliases let a few hundred bytes expand into an exponential structure to validate.
-    try:
-        return any(isinstance(e, yaml.AliasEvent) for e in yaml.parse(text, Loader=yaml.SafeLoader))
-    except yaml.YAMLError:
-        return False  # parse_plugin reports the syntax error with its line and column
 
 
 async def _check_untrusted(bound: BoundPlugin, *, allow_private: bool) -> None:
