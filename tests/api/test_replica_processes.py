@@ -190,7 +190,9 @@ def test_an_operation_confirmed_on_both_replicas_at_once_executes_once(world: Wo
     def confirm(replica: ServeProcess) -> int:
         together.wait(10)
         headers = {"x-on-behalf-of": "ana"}  # the operation's own end user
-        return replica.http("POST", f"/v1/operations/{op_id}/confirm", pg_org.key, headers=headers).status_code
+        return replica.http(
+            "POST", f"/v1/operations/{op_id}/confirm", pg_org.key, headers=headers
+        ).status_code
 
     with ThreadPoolExecutor(4) as pool:
         codes = sorted(pool.map(confirm, [world.a, world.b, world.a, world.b]))
