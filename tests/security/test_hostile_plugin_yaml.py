@@ -8,21 +8,17 @@ Measured on ``hatchway serve`` as its own process: its CPU time, read from /proc
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import os
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import httpx
 import pytest
 
+from tests.security.conftest import SharedGateway
 from tests.support.agent_loop import USER
-from tests.support.gateway import create_org_key
-from tests.support.replicas import Replicas, ServeProcess
-from tests.support.scripted_llm import ScriptedLLM
+from tests.support.replicas import ServeProcess
 
 HEADER = "hatchway-mcp-plugin"
 TOO_DEEP = "nested deeper than 64 levels"
@@ -53,32 +49,9 @@ def encoded(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
-def cpu_seconds(process: ServeProcess) -> float:
-    """User + system CPU time of the server process, all its threads (/proc/<pid>/stat fields 14, 15)."""
-    fields = Path(f"/proc/{process.proc.pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServeProcess, str]]:
-    tmp_path = tmp_path_factory.mktemp("hostile-yaml")
-    llm = ScriptedLLM().start()  # never called: every request here is refused before planning ends
-    database = f"sqlite+aiosqlite:///{tmp_path / 'serve.db'}"
-    replicas = Replicas(
-        tmp_path,
-        {
-            "database_url": database,
-            "master_key_file": str(tmp_path / "master.key"),
-            "providers": [{"id": "upstream", "base_url": llm.base_url}],
-            "models": [{"name": "gpt-4o", "provider": "upstream", "upstream_model": "gpt-4o"}],
-        },
-    )
-    try:
-        process = replicas.serve("gateway")
-        yield process, asyncio.run(create_org_key(database)).key
-    finally:
-        replicas.stop()
-        llm.stop()
+def gateway(default_gateway: SharedGateway) -> tuple[ServeProcess, str]:
+    return default_gateway.process, default_gateway.new_key()
 
 
 def post_plugin(gateway: tuple[ServeProcess, str], text: str, timeout: float = 2.0) -> tuple[str, float]:
@@ -153,10 +126,10 @@ def test_hostile_headers_never_delay_another_request(gateway) -> None:
 
 def test_five_32_kb_bombs_cost_the_server_little_cpu(gateway) -> None:
     process, _ = gateway
-    before = cpu_seconds(process)
+    before = process.cpu_seconds()
     for n in range(16_000, 15_995, -1):  # five distinct headers: a repeat would not be parsed again
         post_plugin(gateway, brackets(n))
-    spent = cpu_seconds(process) - before
+    spent = process.cpu_seconds() - before
     # Each parse stops within its 100 ms CPU budget (in practice at level 65, in about 2 ms); 1 s for
     # five leaves room for the requests' own work, a slow machine and the clock's 10 ms ticks. Before
     # the limits, one such header cost the server some 40 s.
@@ -169,14 +142,20 @@ def test_a_repeated_rejected_header_is_answered_without_parsing_it_again(gateway
     repeated = flat_list(9_000)
     first, _ = post_plugin(gateway, repeated)
 
-    before = cpu_seconds(process)
+    before = process.cpu_seconds()
     for n in range(8_990, 8_975, -1):
         post_plugin(gateway, flat_list(n))
-    fresh = cpu_seconds(process) - before
-    before = cpu_seconds(process)
+    fresh = process.cpu_seconds() - before
+    before = process.cpu_seconds()
     repeats = [post_plugin(gateway, repeated)[0] for _ in range(15)]
-    remembered = cpu_seconds(process) - before
+    remembered = process.cpu_seconds() - before
 
     assert repeats == [first] * 15 and "extra: unknown key" in first
     # Fifteen repeats cost only their requests' own work; fifteen fresh headers add fifteen parses.
     assert remembered < fresh / 3, f"15 repeats cost {remembered:.2f}s of CPU, 15 fresh headers {fresh:.2f}s"
+
+
+def test_a_plugin_with_thousands_of_problems_gets_a_short_answer(gateway) -> None:
+    text = 'version: "1"\nmcp_servers:\n' + "".join(f"  - {{id: s{i}, url: bad}}\n" for i in range(1_000))
+    message, _ = post_plugin(gateway, text)
+    assert message.count("must be an http(s) URL") == 20 and message.endswith("and 980 more problems")

@@ -272,8 +272,17 @@ def decode_inline_plugin(header: str, value: str) -> PluginConfig:
         raise bad("not valid base64-encoded UTF-8 YAML") from None
     try:
         return parse_plugin(text, f"{header} header", untrusted=True)
-    except ConfigError as exc:
-        raise _invalid(header, exc.message) from None
+    except ConfigError as exc:  # the first problems only: a 32 KB plugin can hold thousands
+        shown = exc if len(exc.problems) <= MAX_PROBLEMS_SHOWN else _first_problems(exc)
+        raise _invalid(header, shown.message) from None
+
+
+MAX_PROBLEMS_SHOWN = 20
+
+
+def _first_problems(exc: ConfigError) -> ConfigError:
+    more = len(exc.problems) - MAX_PROBLEMS_SHOWN
+    return ConfigError(exc.source, [*exc.problems[:MAX_PROBLEMS_SHOWN], ("", f"and {more} more problems")])
 
 
 def _invalid(header: str, message: str) -> InvalidRequest:
