@@ -24,9 +24,10 @@ from hatchway.api import (
     secrets,
 )
 from hatchway.api.chat import ChatCompletionsApp
-from hatchway.api.errors import ErrorMiddleware, install_error_handlers
+from hatchway.api.errors import ErrorMiddleware, error_response, install_error_handlers
 from hatchway.api.ui import mount_dashboard
 from hatchway.config.settings import Settings
+from hatchway.errors import InvalidRequest
 from hatchway.gateway import Gateway
 from hatchway.observability.middleware import ObservabilityMiddleware
 
@@ -43,11 +44,22 @@ class GatewayApp(FastAPI):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
+            if "\x00" in scope["path"] or b"%00" in scope["query_string"]:
+                await error_response(_NUL)(scope, receive, send)
+                return
             direct = self.direct_routes.get(scope["path"])
             if direct is not None:
                 await direct(scope, receive, send)
                 return
         await super().__call__(scope, receive, send)
+
+
+_NUL = InvalidRequest(
+    "The path or query contains a NUL character (%00), which no id or parameter may hold.",
+    code="invalid_request",
+)
+"""Refused before any route: PostgreSQL cannot compare text with NUL in it, so an id or a filter
+holding one would otherwise fail in the database, not as the caller's mistake."""
 
 
 def create_app(
