@@ -12,6 +12,7 @@ from rich.console import Console
 
 from hatchway.config.settings import DEFAULT_CONFIG_PATH, Settings, load_settings
 from hatchway.errors import ConfigError, HatchwayError
+from hatchway.store.db import database_unreachable
 
 T = TypeVar("T")
 
@@ -61,11 +62,19 @@ def settings_from(config: Path) -> Settings:
 
 
 def run_async(factory: Callable[[], Awaitable[T]]) -> T:
-    """Run a coroutine; Hatchway errors become one red line and exit code 1."""
+    """Run a coroutine; Hatchway errors, and a database that cannot be reached, become one red line
+    and exit code 1."""
     try:
         return asyncio.run(factory())  # type: ignore[arg-type]
     except HatchwayError as exc:
         raise fail(exc.message) from None
+    except Exception as exc:
+        if not database_unreachable(exc):
+            raise
+        reason = str(getattr(exc, "orig", None) or exc).splitlines()[0][:200]
+        raise fail(
+            f"the database could not be reached ({reason}); is it running, and is database_url right?"
+        ) from None
 
 
 def as_json(value: Any) -> str:

@@ -77,6 +77,10 @@ def parse_yaml_text(text: str, source: str, *, untrusted: bool = False) -> Any:
     """
     try:
         return load_yaml(text, untrusted=untrusted)
+    except RecursionError:  # PyYAML's composer recurses per level: about 1,000 levels of nesting
+        raise ConfigError(
+            source, [("", "nested too deeply to read (keep it under a few hundred levels)")]
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
@@ -86,13 +90,21 @@ def parse_yaml_text(text: str, source: str, *, untrusted: bool = False) -> Any:
         raise ConfigError(source, [("", f"{where}{problem}")]) from None
 
 
+def read_config_text(path: Path) -> str:
+    """A configuration file's text; a missing, unreadable or non-UTF-8 file is a ConfigError saying so."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(str(path), [("", f"cannot read the file ({exc.strerror})")]) from None
+    except UnicodeDecodeError as exc:
+        where = f"byte {exc.start + 1} (0x{exc.object[exc.start]:02x})"
+        raise ConfigError(str(path), [("", f"not UTF-8 text at {where}; save the file as UTF-8")]) from None
+
+
 def load_yaml_model(model: type[M], path: str | Path, *, prefix: str = "", context: Any = None) -> M:
     """Read ``path`` and validate it as ``model``; every failure becomes a ConfigError naming the file."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(str(path), [("", f"cannot read the file ({exc.strerror})")]) from None
+    text = read_config_text(path)
     return validate_document(
         model, parse_yaml_text(text, str(path)), str(path), prefix=prefix, context=context
     )

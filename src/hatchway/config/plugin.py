@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, AliasChoices, ConfigDict, Field, field_validator, model_validator
 
-from hatchway.config.loading import StrictModel, parse_yaml_text, validate_document
+from hatchway.config.loading import StrictModel, parse_yaml_text, read_config_text, validate_document
 from hatchway.engine.tools.mcp.auth.oauth import ClientAuth, token_url_problem
 from hatchway.engine.tools.mcp.forwarding import forward_header_problem
 from hatchway.errors import ConfigError
@@ -308,11 +308,7 @@ class PluginConfig(_PluginModel):
 def load_plugin(path: str | Path) -> PluginConfig:
     """Read and validate a plugin file; ConfigError names the file and each field path."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(str(path), [("", f"cannot read the file ({exc.strerror})")]) from None
-    return parse_plugin(text, str(path))
+    return parse_plugin(read_config_text(path), str(path))
 
 
 def _splits(url: str) -> bool:

@@ -162,6 +162,26 @@ class McpPoolSettings(StrictModel):
     """A session to a server of hatchway.yaml closes after this long unused."""
 
 
+DATABASE_DRIVERS = ("sqlite+aiosqlite", "postgresql+asyncpg")
+
+
+def database_url_problem(url: str) -> str | None:
+    """Why ``url`` is not a database the gateway can use, or None (the URL itself is never repeated:
+    it may hold a password)."""
+    from sqlalchemy.engine import make_url  # the settings load before any database is opened
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        driver = make_url(url).drivername
+    except ArgumentError:
+        return "not a database URL; use sqlite+aiosqlite:///path/to.db or postgresql+asyncpg://user@host/db"
+    if driver not in DATABASE_DRIVERS:
+        return f"the driver {driver!r} is not supported; use " + " or ".join(
+            f"{d}://…" for d in DATABASE_DRIVERS
+        )
+    return None
+
+
 class Settings(StrictModel):
     """The whole of hatchway.yaml. Every key but ``providers`` is optional."""
 
@@ -238,6 +258,20 @@ class Settings(StrictModel):
     """The Redis job queue of background responses (replicas and ``hatchway worker``)."""
 
     _config_dir: Path = PrivateAttr(default_factory=Path.cwd)
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str) -> str:
+        if (problem := database_url_problem(value)) is not None:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return value
 
     @model_validator(mode="after")
     def _references(self) -> Settings:

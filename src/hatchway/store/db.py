@@ -35,6 +35,17 @@ def _json_dumps(value: object) -> str:
     return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
+def database_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` means the database could not be reached — down, refusing connections, cut
+    mid-query, its pool exhausted — rather than a bug: a 503 to a client, one line from the CLI."""
+    from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+    from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+    if isinstance(exc, OperationalError | InterfaceError | PoolTimeout | ConnectionError | TimeoutError):
+        return True
+    return isinstance(exc, DBAPIError) and exc.connection_invalidated
+
+
 class Database:
     """One async engine per process; ``session()`` hands out short-lived sessions."""
 
