@@ -74,9 +74,11 @@ MEANINGS: dict[str, str] = {
     # -- Tool results: what the model reads ------------------------------------------------------
     "tool_error": "The MCP tool reported an error (`isError`); never retried.",
     "tool_failed": "The tool raised an unexpected exception; the loop goes on.",
-    "tool_timeout": "The tool did not answer within its server's `timeout_ms` (after the retries).",
-    "tool_outcome_unknown": "An operation's execution failed after the request may have reached the server: "
-    "the operation is INTERRUPTED and never re-run.",
+    "tool_timeout": "No answer within the server's `timeout_ms`, after the retries: while connecting (the "
+    "call was never sent), or from a tool declared idempotent.",
+    "tool_outcome_unknown": "The call failed after its request may have reached the server (no answer within "
+    "`timeout_ms`, a cut connection, a 5xx): the tool may or may not have acted, and it was not sent again "
+    "(tools declared idempotent are retried). An operation's execution is INTERRUPTED and never re-run.",
     "timeout": "The run's deadline (`loop_deadline_seconds`) passed before this tool finished.",
     "unknown_tool": "The model called a tool that is not offered to this run.",
     "invalid_arguments": "The call's arguments are not a JSON object (for `spawn_subagent`: no non-empty "
