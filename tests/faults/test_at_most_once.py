@@ -1,5 +1,5 @@
 """No tool runs twice: a call that may have reached its MCP server is not sent again unless the tool
-is idempotent. Calls are counted at the server.
+is idempotent, and a subagent that ran a tool is not run again. Calls are counted at the server.
 
 End to end: the official openai client → Hatchway → SDK-built MCP servers on loopback (through a
 TCP proxy that breaks connections on cue where a transport fault is the point), with the scripted
@@ -25,6 +25,7 @@ from tests.support.agent_loop import (
     summarise,
     tool_messages,
     tool_steps,
+    write_plugin,
 )
 from tests.support.gateway import RunningGateway
 from tests.support.mcp_servers import McpTestServer
@@ -185,3 +186,36 @@ def test_a_connection_cut_after_the_request_reached_the_server_runs_once_and_the
     assert error["code"] == "tool_outcome_unknown" and "may or may not have acted" in error["message"]
     [step] = tool_steps(record)
     assert (step["outcome"], step["retries"]) == ("error", 0)
+
+
+def test_a_subagent_that_ran_a_tool_and_then_failed_is_not_run_again(
+    mcp_server_factory: Callable[..., McpTestServer], gateway_factory, llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    server = mcp_server_factory("s")
+    agent = {
+        "name": "payer",
+        "model": "gpt-4o",
+        "plugin": write_plugin(tmp_path, "payer", {"mcp_servers": [{"id": "s", "url": server.url}]}),
+        "subagents": {"enabled": True, "max_depth": 1},
+    }
+
+    def script(body: dict[str, Any]) -> Reply:
+        task = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        results = tool_messages(body)
+        if task == "top":  # the parent delegates, then answers with what it was told
+            return summarise(body) if results else Reply(tool_calls=[("spawn_subagent", {"task": "pay"})])
+        if not results:  # the child runs its side-effecting tool…
+            return Reply(tool_calls=[("s__echo", {"text": "paid"})])
+        return Reply(status=502, error="the upstream is down")  # …and then its model call fails
+
+    llm.handler = script
+    gateway = gateway_factory(agents=[agent])
+
+    parent = gateway.client().responses.create(model="agent:payer", input="top")
+
+    assert server.tool_calls("echo") == 1 and server.executions["echo"] == 1
+    [call] = [item for item in parent.output if item.type == "mcp_call"]
+    result = json.loads(call.output)
+    assert result["ok"] is False and result["error_code"] == "child_request_failed"
+    assert "not run again" in result["message"]
+    assert parent.output_text.startswith("Answer from:")

@@ -114,7 +114,8 @@ MEANINGS: dict[str, str] = {
     "oauth_bad_response": "The OAuth token endpoint's answer has no usable bearer `access_token`.",
     "oauth_bad_private_key": "The `private_key_jwt` key is not EC P-256 or RSA ≥ 2048 bits.",
     # -- spawn_subagent results and failed responses ---------------------------------------------
-    "child_request_failed": "The child response failed (after 3 tries for transient upstream failures).",
+    "child_request_failed": "The child response failed (after 3 tries for transient upstream failures, "
+    "as long as it had run no tool: a child that ran a tool is never run again).",
     "max_children_reached": "The run tree reached `subagents.max_children_per_run`; this child was not "
     "created.",
     "server_error": "The response failed: its run raised an error, or the replica running it stopped "
