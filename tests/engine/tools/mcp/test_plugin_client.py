@@ -128,7 +128,7 @@ async def test_a_slow_tool_times_out_at_the_servers_timeout(
     mcp_server_factory: Callable[..., McpTestServer], pool: McpServerPool
 ) -> None:
     server = mcp_server_factory("s")
-    plugin = plugin_of({"id": "s", "url": server.url, "timeout_ms": 300, "max_retries": 0})
+    plugin = plugin_of({"id": "s", "url": server.url, "timeout_ms": 300, "max_retries": 2})
     [config] = plugin.mcp_servers
     mcp = client(plugin, pool)
     await mcp.list_tools(config, ctx())  # connect first: the timeout under test is the call's
@@ -138,6 +138,7 @@ async def test_a_slow_tool_times_out_at_the_servers_timeout(
 
     assert isinstance(outcome.error, ToolOutcomeUnknown) and outcome.error.timed_out
     assert "300 ms" in outcome.error.message and time.monotonic() - started < 2.0
+    assert outcome.retries == 0 and server.tool_calls("slow") == 1  # it may have run: not sent again
     after = await mcp.call(config, "echo", {"text": "still fine"}, ctx())  # the session survives
     assert after.result is not None and after.result.text == "echo:still fine"
 
