@@ -22,7 +22,7 @@
     │   ├── McpServerError
     │   │   └── McpAuthError ... credentials for an MCP server could not be obtained
     │   ├── ToolTimeout
-    │   └── ToolOutcomeUnknown . an at-most-once call may have reached the tool; no answer came
+    │   └── ToolOutcomeUnknown . a call may have reached the tool; no answer came: not sent again
     └── VaultError ............. secrets could not be stored or read
         ├── SecretNotFound
         ├── DecryptionError
@@ -249,10 +249,20 @@ class ToolTimeout(ToolError):
 
 
 class ToolOutcomeUnknown(ToolError):
-    """An at-most-once call (an operation's execution) failed after its request may have reached
-    the server: the tool may or may not have acted, so it is neither retried nor called failed."""
+    """A call failed after its request may have reached the server (no answer in time, a cut
+    connection, an error status): the tool may or may not have acted, so it is not sent again
+    (unless it is idempotent) and not called failed. ``cause`` is the failure as it was seen."""
 
     default_code = "tool_outcome_unknown"
+
+    def __init__(self, message: str, *, cause: ToolError, code: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.cause = cause
+
+    @property
+    def timed_out(self) -> bool:
+        """Whether the failure was no answer within the server's ``timeout_ms``."""
+        return isinstance(self.cause, ToolTimeout)
 
 
 class VaultError(HatchwayError):

@@ -228,11 +228,12 @@ def test_a_server_that_is_down_gives_the_model_a_structured_error_and_it_answers
     assert s_step["outcome"] == "error" and s_step["retries"] == 1 and ok_step["outcome"] == "ok"
 
 
-def test_a_503_is_retried_and_a_tool_error_is_not(
+def test_a_503_is_retried_for_an_idempotent_tool_and_a_tool_error_is_not(
     mcp_server_factory: Callable[..., McpTestServer], gateway_factory, llm: ScriptedLLM, tmp_path: Path
 ) -> None:
     server = mcp_server_factory("s")
-    gateway = gateway_factory(**rule_for(tmp_path, {"mcp_servers": [{"id": "s", "url": server.url}]}))
+    entry = {"id": "s", "url": server.url, "idempotent_tools": ["echo", "fail"]}
+    gateway = gateway_factory(**rule_for(tmp_path, {"mcp_servers": [entry]}))
     llm.handler = rounds(
         Reply(tool_calls=[("s__echo", {"text": "x"})]),
         Reply(tool_calls=[("s__fail", {"message": "card declined"})]),

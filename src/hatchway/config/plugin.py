@@ -10,6 +10,7 @@ mcp_servers:
     forward_headers: ["x-tenant-id"]
     timeout_ms: 5000
     max_retries: 2
+    idempotent_tools: [search_web, "fetch_*"] # retried even when a failed call may have run
 agent: {max_rounds: 10, stream_mode: final_only, tool_call_parallel: true, tool_cache_ttl_seconds: 300}
 ```
 """
@@ -17,6 +18,7 @@ agent: {max_rounds: 10, stream_mode: final_only, tool_call_parallel: true, tool_
 from __future__ import annotations
 
 import re
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -191,7 +193,16 @@ class McpServerConfig(_PluginModel):
     timeout_ms: Annotated[int, Field(ge=1, le=600_000)] = 10_000
     """Timeout of one attempt of a call."""
     max_retries: Annotated[int, Field(ge=0, le=10)] = 2
-    """Retries of connect errors, 5xx and timeouts (a tool's own error is never retried)."""
+    """Retries of a failed call. A call that provably never reached the server (the connection was
+    refused or never opened) is retried; one that may have reached it (a timeout, a cut connection,
+    a 5xx) only when the tool is idempotent (``idempotent_tools``, or the server's ``idempotentHint``
+    or ``readOnlyHint``), else the model is told its outcome is unknown. A tool's own error is never
+    retried; a failed listing of the tools (read-only) always is."""
+    idempotent_tools: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    """Tools safe to call again after a failure that may have reached them (``max_retries``):
+    names of the server's tools or globs (``get_*``, ``search_?``; ``*`` for all). A call of any other
+    tool runs at most once unless the server itself annotates the tool ``idempotentHint`` or
+    ``readOnlyHint``."""
 
     @field_validator("url")
     @classmethod
@@ -247,6 +258,10 @@ class McpServerConfig(_PluginModel):
     def exposes(self, tool: str) -> bool:
         """Whether the allowlist lets the model see ``tool``."""
         return self.tools == "*" or tool in self.tools
+
+    def declares_idempotent(self, tool: str) -> bool:
+        """Whether ``idempotent_tools`` names ``tool`` (or a glob matches it, case-sensitively)."""
+        return any(fnmatchcase(tool, pattern) for pattern in self.idempotent_tools)
 
 
 StreamMode = Literal["final_only", "disabled"]

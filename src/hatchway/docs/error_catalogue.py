@@ -75,9 +75,11 @@ MEANINGS: dict[str, str] = {
     # -- Tool results: what the model reads ------------------------------------------------------
     "tool_error": "The MCP tool reported an error (`isError`); never retried.",
     "tool_failed": "The tool raised an unexpected exception; the loop goes on.",
-    "tool_timeout": "The tool did not answer within its server's `timeout_ms` (after the retries).",
-    "tool_outcome_unknown": "An operation's execution failed after the request may have reached the server: "
-    "the operation is INTERRUPTED and never re-run.",
+    "tool_timeout": "No answer within the server's `timeout_ms`, after the retries: while connecting (the "
+    "call was never sent), or from a tool declared idempotent.",
+    "tool_outcome_unknown": "The call failed after its request may have reached the server (no answer within "
+    "`timeout_ms`, a cut connection, a 5xx): the tool may or may not have acted, and it was not sent again "
+    "(tools declared idempotent are retried). An operation's execution is INTERRUPTED and never re-run.",
     "timeout": "The run's deadline (`loop_deadline_seconds`) passed before this tool finished.",
     "unknown_tool": "The model called a tool that is not offered to this run.",
     "invalid_arguments": "The call's arguments are not a JSON object (for `spawn_subagent`: no non-empty "
@@ -113,7 +115,8 @@ MEANINGS: dict[str, str] = {
     "oauth_bad_response": "The OAuth token endpoint's answer has no usable bearer `access_token`.",
     "oauth_bad_private_key": "The `private_key_jwt` key is not EC P-256 or RSA ≥ 2048 bits.",
     # -- spawn_subagent results and failed responses ---------------------------------------------
-    "child_request_failed": "The child response failed (after 3 tries for transient upstream failures).",
+    "child_request_failed": "The child response failed (after 3 tries for transient upstream failures, "
+    "as long as it had run no tool: a child that ran a tool is never run again).",
     "max_children_reached": "The run tree reached `subagents.max_children_per_run`; this child was not "
     "created.",
     "server_error": "The response failed: its run raised an error, or the replica running it stopped "

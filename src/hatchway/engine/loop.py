@@ -352,6 +352,9 @@ class AgentLoop:
         number = len(run.rounds)
         allowed, refused = self._within_budget(calls, run)
         started = {call.call_id for call in allowed}
+        # Counted as they start, not as they end: a subagent that fails while or after running a
+        # tool is then known to have run one, and is not run again (``subagents/toolset.py``).
+        ctx.run.tool_calls += len(allowed)
         for call in allowed:
             yield ToolCallStarted(number, call)
         outcomes: dict[str, tuple[ToolResult, float]] = {}
@@ -382,7 +385,6 @@ class AgentLoop:
             if call.call_id in started:
                 yield ToolCallFinished(number, call, tool_result, duration)
         run.tool_calls += len(allowed)
-        ctx.run.tool_calls += len(allowed)
         if timed_out:
             yield NextStepTimeout()
         elif interruption is not None:

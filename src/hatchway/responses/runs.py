@@ -379,13 +379,12 @@ class ResponseRunner:
 
     # -- children (hosted spawn_subagent) ----------------------------------------------------------
 
-    async def run_child(self, request: ChildRequest, parent: RunContext) -> ChildResult:
-        """One stored child response of ``parent.response_id``, run to its end in its own scope."""
+    async def run_child(self, request: ChildRequest, ctx: RunContext) -> ChildResult:
+        """One stored child response of ``request.parent_response_id``, run to its end in its own scope."""
         body = CreateResponseRequest(
             model=request.model, instructions=request.instructions, input=request.task
         )
-        ctx = parent.child()
-        async with self.open_scope(body, ctx, parent_id=parent.response_id) as scope:
+        async with self.open_scope(body, ctx, parent_id=request.parent_response_id) as scope:
             run = await self.prepare(body, scope, call_id=request.call_id)
             await self.execute(run)
         return ChildResult(response_id=run.record.id, output_text=output_text(run.output))

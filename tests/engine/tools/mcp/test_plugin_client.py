@@ -16,7 +16,7 @@ from hatchway.config.plugin import PluginConfig, parse_plugin
 from hatchway.engine.context import Principal, RunContext
 from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
 from hatchway.engine.tools.mcp.pool import McpServerPool
-from hatchway.errors import McpServerError, ToolOutcomeUnknown, ToolTimeout
+from hatchway.errors import McpServerError, ToolOutcomeUnknown
 from tests.support.mcp_servers import BearerCredentials, McpTestServer, NoCredentials, stdio_command
 
 pytestmark = pytest.mark.anyio
@@ -91,11 +91,11 @@ async def test_listing_expires_after_the_pool_ttl(mcp_server_factory: Callable[.
     assert len(server.calls_of("tools/list")) == 2
 
 
-async def test_a_503_is_retried_and_a_tool_error_is_not(
+async def test_a_503_is_retried_for_an_idempotent_tool_and_a_tool_error_is_not(
     mcp_server_factory: Callable[..., McpTestServer], pool: McpServerPool
 ) -> None:
     server = mcp_server_factory("s")
-    plugin = plugin_of({"id": "s", "url": server.url, "max_retries": 2})
+    plugin = plugin_of({"id": "s", "url": server.url, "max_retries": 2, "idempotent_tools": ["*"]})
     [config] = plugin.mcp_servers
     mcp = client(plugin, pool)
 
@@ -114,7 +114,7 @@ async def test_retries_stop_at_max_retries(
     mcp_server_factory: Callable[..., McpTestServer], pool: McpServerPool
 ) -> None:
     server = mcp_server_factory("s")
-    plugin = plugin_of({"id": "s", "url": server.url, "max_retries": 1})
+    plugin = plugin_of({"id": "s", "url": server.url, "max_retries": 1, "idempotent_tools": ["echo"]})
     [config] = plugin.mcp_servers
     server.fail_next(5, status=503)
 
@@ -128,7 +128,7 @@ async def test_a_slow_tool_times_out_at_the_servers_timeout(
     mcp_server_factory: Callable[..., McpTestServer], pool: McpServerPool
 ) -> None:
     server = mcp_server_factory("s")
-    plugin = plugin_of({"id": "s", "url": server.url, "timeout_ms": 300, "max_retries": 0})
+    plugin = plugin_of({"id": "s", "url": server.url, "timeout_ms": 300, "max_retries": 2})
     [config] = plugin.mcp_servers
     mcp = client(plugin, pool)
     await mcp.list_tools(config, ctx())  # connect first: the timeout under test is the call's
@@ -136,8 +136,9 @@ async def test_a_slow_tool_times_out_at_the_servers_timeout(
     started = time.monotonic()
     outcome = await mcp.call(config, "slow", {"ms": 3000}, ctx())
 
-    assert isinstance(outcome.error, ToolTimeout) and "300 ms" in outcome.error.message
-    assert time.monotonic() - started < 2.0
+    assert isinstance(outcome.error, ToolOutcomeUnknown) and outcome.error.timed_out
+    assert "300 ms" in outcome.error.message and time.monotonic() - started < 2.0
+    assert outcome.retries == 0 and server.tool_calls("slow") == 1  # it may have run: not sent again
     after = await mcp.call(config, "echo", {"text": "still fine"}, ctx())  # the session survives
     assert after.result is not None and after.result.text == "echo:still fine"
 
@@ -145,9 +146,12 @@ async def test_a_slow_tool_times_out_at_the_servers_timeout(
 async def test_an_at_most_once_call_is_not_retried_once_it_may_have_reached_the_tool(
     mcp_server_factory: Callable[..., McpTestServer], pool: McpServerPool
 ) -> None:
-    """An operation's execution: a 503 or a timeout after sending is reported, never sent again."""
+    """An operation's execution: a 503 or a timeout after sending is reported, never sent again,
+    even for a tool declared idempotent."""
     server = mcp_server_factory("s")
-    plugin = plugin_of({"id": "s", "url": server.url, "max_retries": 3, "timeout_ms": 400})
+    plugin = plugin_of(
+        {"id": "s", "url": server.url, "max_retries": 3, "timeout_ms": 400, "idempotent_tools": ["*"]}
+    )
     [config] = plugin.mcp_servers
     mcp = client(plugin, pool)
     await mcp.list_tools(config, ctx())  # the session is open: what fails below is the call itself
@@ -159,10 +163,10 @@ async def test_an_at_most_once_call_is_not_retried_once_it_may_have_reached_the_
     assert server.tool_calls("echo") == 1
 
     slow = await mcp.call(config, "slow", {"ms": 3000}, ctx(), at_most_once=True)
-    assert isinstance(slow.error, ToolTimeout) and slow.retries == 0
+    assert isinstance(slow.error, ToolOutcomeUnknown) and slow.error.timed_out and slow.retries == 0
     assert server.tool_calls("slow") == 1
 
-    server.fail_next(1, status=503)  # the same failure on an ordinary call is retried
+    server.fail_next(1, status=503)  # the same failure on an ordinary call of it is retried
     retried = await mcp.call(config, "echo", {"text": "y"}, ctx())
     assert retried.result is not None and retried.retries == 1
 
@@ -216,7 +220,7 @@ async def test_a_session_whose_server_died_is_replaced(
     failed = await mcp.call(config, "echo", {"text": "x"}, ctx())
     ok = await mcp.call(config, "echo", {"text": "y"}, ctx())
 
-    assert failed.error is not None and failed.error.transient
+    assert isinstance(failed.error, ToolOutcomeUnknown) and failed.error.cause.transient
     assert ok.result is not None and ok.result.text == "echo:y"
 
 
@@ -328,13 +332,14 @@ async def test_call_mcp_tool_raises_transport_failures_and_returns_tool_errors(
     mcp = client(plugin_of({"id": "s", "url": server.url, "max_retries": 0}), pool)
     assert (await mcp.call_mcp_tool("s", "fail", {"message": "no"}, ctx())).is_error
     server.fail_next(1, status=500)
-    with pytest.raises(McpServerError):
+    with pytest.raises(ToolOutcomeUnknown):
         await mcp.call_mcp_tool("s", "echo", {"text": "x"}, ctx())
 
 
 async def test_sse_transport(mcp_server_factory: Callable[..., McpTestServer], pool: McpServerPool) -> None:
     server = mcp_server_factory("legacy", transport="sse")
-    plugin = plugin_of({"id": "legacy", "url": server.url, "transport": "sse", "max_retries": 1})
+    legacy = {"id": "legacy", "url": server.url, "transport": "sse", "max_retries": 1}
+    plugin = plugin_of({**legacy, "idempotent_tools": ["echo"]})
     [config] = plugin.mcp_servers
     mcp = client(plugin, pool)
 

@@ -42,7 +42,7 @@ class McpToolCaller(Protocol):
 
         Raises ToolError (McpServerError / ToolTimeout) when the server cannot be reached or answers
         with a protocol error after the server's retries; a tool's own error result is returned with
-        ``is_error=True`` and is never retried. With ``at_most_once`` (an operation's execution) a
-        failure after the request may have reached the server is not retried: it raises
-        ToolTimeout or ToolOutcomeUnknown.
+        ``is_error=True`` and is never retried. A failure after the request may have reached the
+        server is retried only for an idempotent tool, otherwise it raises ToolOutcomeUnknown;
+        ``at_most_once`` (an operation's execution) raises it even for an idempotent tool.
         """

@@ -40,6 +40,10 @@ class ConnectionLost(Exception):
     """The session ended (transport failure, server gone) while a call was waiting on it."""
 
 
+class SessionEnded(ConnectionLost):
+    """The session had already ended when a call was to be sent on it: nothing was sent."""
+
+
 class ToolListing:
     """A server's ``tools/list``, shared by every replica through the cache, dropped on change or expiry.
 
@@ -147,7 +151,7 @@ class McpConnection:
     def client(self) -> Client:
         """The SDK client of this session; ConnectionLost once it has ended."""
         if self._client is None or self.lost.is_set():
-            raise ConnectionLost(f"{self.server.id}: the session has ended")
+            raise SessionEnded(f"{self.server.id}: the session has ended")
         return self._client
 
     @property
@@ -256,7 +260,9 @@ class McpConnection:
     # -- calls -----------------------------------------------------------------------------------
 
     async def run(self, operation: Callable[[Client], Awaitable[T]], scope: RequestScope) -> T:
-        """Run ``operation`` on the session; stop waiting when the session or its HTTP request fails."""
+        """Run ``operation`` on the session; stop waiting when the session or its HTTP request fails.
+
+        Raises SessionEnded, before sending anything, when the session has already ended."""
         call = asyncio.ensure_future(operation(self.client))
         lost = asyncio.ensure_future(self.lost.wait())
         failed = asyncio.ensure_future(scope.failed.wait())

@@ -5,7 +5,8 @@ call being made. The SDK sends each message's HTTP request in the context of the
 the message, so the caller sets a ``RequestScope`` in a ContextVar and ``ScopedTransport`` (under
 the SDK's httpx2 client) adds the scope's headers to the request and records what happened: the
 status, or the transport error. That record is how a 401 or a 503 is told apart from a tool error,
-which the SDK would otherwise report alike.
+which the SDK would otherwise report alike, and how a call that never left is told apart from one
+that may have reached its tool.
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ _TRANSPORT_HEADERS = frozenset(
     }
 )
 _FAILURE_STATUSES = frozenset({401, 403, 404})
+# Failures before a request's first byte is written: no connection was made (refused, unreachable,
+# no route, a TLS handshake that failed, an address the egress rule refused) or none came free in
+# the pool. Every other transport error comes after the request may have been written, a write
+# error included: httpcore reads on after one (the server may have answered), and reports that.
+_UNSENT = (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout)
 
 
 @dataclass
@@ -46,15 +52,30 @@ class RequestScope:
     """The transport error (connect, read…) of the last request that failed before any response."""
     failed: asyncio.Event = field(default_factory=asyncio.Event)
     """Set on a transport error, a 5xx or a 401/403/404: the answer will not come."""
+    reached: bool = False
+    """Whether any request of this scope may have reached its server: it was answered, or it failed
+    after its connection was open. False while every failure was a connection that never opened."""
 
     def record(self, status: int) -> None:
         self.status = status
+        self.reached = True
         if status >= 500 or status in _FAILURE_STATUSES:
             self.failed.set()
 
     def fail(self, error: Exception) -> None:
         self.error = error
+        if not failed_before_sending(error):
+            self.reached = True
         self.failed.set()
+
+    def never_sent(self) -> bool:
+        """Whether the requests made in this scope provably never reached the server."""
+        return self.error is not None and not self.reached
+
+
+def failed_before_sending(error: Exception) -> bool:
+    """Whether ``error`` came before any byte of its request was written."""
+    return isinstance(error, _UNSENT)
 
 
 _current: ContextVar[RequestScope | None] = ContextVar("hatchway_mcp_request_scope", default=None)

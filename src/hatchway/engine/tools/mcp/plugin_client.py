@@ -12,7 +12,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import httpx2
 import mcp_types as types
 from mcp import Client
 from mcp.shared.exceptions import MCPError
@@ -21,20 +20,20 @@ from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from hatchway.config.plugin import McpServerConfig, PluginConfig
 from hatchway.engine.context import RunContext
 from hatchway.engine.tools.mcp.calls import McpCallResult
-from hatchway.engine.tools.mcp.connection import ConnectionLost, McpConnection
+from hatchway.engine.tools.mcp.connection import ConnectionLost, McpConnection, SessionEnded
 from hatchway.engine.tools.mcp.credentials import McpCredentials
+from hatchway.engine.tools.mcp.delivery import is_idempotent, may_have_reached, outcome_unknown
 from hatchway.engine.tools.mcp.forwarding import forwarded_headers
-from hatchway.engine.tools.mcp.http import AnswerTooLarge, EgressDenied, RequestScope, request_scope
+from hatchway.engine.tools.mcp.http import (
+    AnswerTooLarge,
+    EgressDenied,
+    RequestScope,
+    failed_before_sending,
+    request_scope,
+)
 from hatchway.engine.tools.mcp.pool import McpServerPool
 from hatchway.engine.tools.mcp.results import to_call_result
-from hatchway.errors import (
-    HatchwayError,
-    McpAuthError,
-    McpServerError,
-    ToolError,
-    ToolOutcomeUnknown,
-    ToolTimeout,
-)
+from hatchway.errors import HatchwayError, McpAuthError, McpServerError, ToolError, ToolTimeout
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -131,11 +130,13 @@ class PluginMcpClient:
         meta: dict[str, Any] | None = None,
         at_most_once: bool = False,
     ) -> RetriedCall:
-        """Call ``tool``; transport failures are retried, the tool's own ``isError`` result is not.
+        """Call ``tool``; failures are retried when that is safe, the tool's own ``isError`` never.
 
-        ``at_most_once``: only failures that prove the request never left are retried (see
-        ``_delivery_unknown``).
+        A failure that may have reached the tool is retried only for an idempotent tool (see
+        ``delivery.py``), and with ``at_most_once`` (an operation's execution) not even then.
         """
+        listed = self.pool.listing(server, ctx.org_id, trusted=self.trusted).last_known()
+        at_most_once = at_most_once or not is_idempotent(server, tool, listed)
 
         async def operation(conn: McpConnection, scope: RequestScope) -> McpCallResult:
             async def send(client: Client) -> types.CallToolResult:
@@ -204,12 +205,14 @@ class PluginMcpClient:
         headers = await self._headers(server, ctx)
         timeout = max(min(server.timeout_ms / 1000, ctx.remaining()), 0.001)
         connection: McpConnection | None = None
+        sent = False  # handed to an open session: from then on it may have reached the tool
         with request_scope(headers) as scope:
             try:
                 async with asyncio.timeout(timeout):
                     connection = await self.pool.connection(
                         server, ctx.org_id, trusted=self.trusted, guard=self.guard_egress
                     )
+                    sent = True
                     return await op(connection, scope)
             except TimeoutError:
                 failure: ToolError = ToolTimeout(
@@ -217,6 +220,9 @@ class PluginMcpClient:
                 )
             except McpServerError as exc:  # could not connect
                 failure = exc
+            except SessionEnded as exc:  # gone before the call was sent
+                failure = McpServerError(str(exc), code="mcp_connection_lost", transient=True)
+                sent = False
             except ConnectionLost as exc:
                 failure = McpServerError(str(exc), code="mcp_connection_lost", transient=True)
             except MCPError as exc:
@@ -230,8 +236,8 @@ class PluginMcpClient:
         if scope.status == 401:
             raise _Unauthorized(headers)
         failure = _http_failure(server, scope) or failure
-        if at_most_once and connection is not None and _delivery_unknown(failure, scope):
-            raise _outcome_unknown(failure)
+        if at_most_once and may_have_reached(failure, scope, sent=sent):
+            raise outcome_unknown(failure)
         raise failure
 
     async def _headers(self, server: McpServerConfig, ctx: RunContext) -> dict[str, str]:
@@ -264,9 +270,14 @@ def _http_failure(server: McpServerConfig, scope: RequestScope) -> ToolError | N
     if isinstance(scope.error, EgressDenied):
         return McpServerError(f"{server.id}: {scope.error}; the connection was refused", code="egress_denied")
     if scope.error is not None:
+        name = type(scope.error).__name__
+        if failed_before_sending(scope.error):
+            return McpServerError(
+                f"{server.id}: cannot reach the server ({name})", code="mcp_unreachable", transient=True
+            )
         return McpServerError(
-            f"{server.id}: cannot reach the server ({type(scope.error).__name__})",
-            code="mcp_unreachable",
+            f"{server.id}: the connection failed during the call ({name})",
+            code="mcp_connection_lost",
             transient=True,
         )
     if scope.status is not None and scope.status >= 500:
@@ -274,28 +285,6 @@ def _http_failure(server: McpServerConfig, scope: RequestScope) -> ToolError | N
     if scope.status in (403, 404):
         return McpServerError(f"{server.id}: HTTP {scope.status}", code="mcp_http_error")
     return None
-
-
-def _delivery_unknown(failure: ToolError, scope: RequestScope) -> bool:
-    """Whether a failed call, once its session was open, may have reached the tool anyway.
-
-    Only retryable failures qualify (a refusal — 401, 403, 404, a protocol error — says the tool did
-    not run); of those, only a connect error proves the request never left. An answer too large to
-    read came from a tool that ran: what it did is unknown.
-    """
-    if isinstance(scope.error, AnswerTooLarge):
-        return True
-    if not failure.transient:
-        return False
-    return not isinstance(scope.error, httpx2.ConnectError | httpx2.ConnectTimeout)
-
-
-def _outcome_unknown(failure: ToolError) -> ToolError:
-    """The same failure, not retryable, saying that the tool may have acted."""
-    message = f"{failure.message}; the server may or may not have acted"
-    if isinstance(failure, ToolTimeout):
-        return ToolTimeout(message, code=failure.code)
-    return ToolOutcomeUnknown(message, code=failure.code)
 
 
 def _protocol_failure(server: McpServerConfig, exc: MCPError) -> ToolError:

@@ -82,12 +82,17 @@ async def probe_server(
         await pool.aclose()
 
 
+_UNREACHABLE = frozenset(
+    {"mcp_unreachable", "mcp_connection_lost", "egress_denied", "tool_timeout", "tool_outcome_unknown"}
+)
+
+
 def failure_kind(error: ToolError) -> str:
     """``auth``, ``unreachable``, ``protocol`` or ``other``: what the CLI's exit code says."""
     code = error.code or ""
     if code.startswith("oauth_") or code in {"mcp_unauthorized", "mcp_auth_failed", "secret_not_found"}:
         return "auth"
-    if code in {"mcp_unreachable", "mcp_connection_lost", "egress_denied", "tool_timeout"}:
+    if code in _UNREACHABLE:
         return "unreachable"
     if code in {"mcp_protocol_error", "mcp_http_error"}:
         return "protocol"

@@ -18,7 +18,7 @@ from hatchway.engine.tools.mcp.naming import namespaced_name
 from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
 from hatchway.engine.tools.mcp.pool import connection_key
 from hatchway.engine.tools.payloads import fit_output, parse_arguments
-from hatchway.errors import HatchwayError, ToolTimeout
+from hatchway.errors import HatchwayError, ToolOutcomeUnknown, ToolTimeout
 from hatchway.store.cache import Cache
 
 logger = logging.getLogger(__name__)
@@ -93,9 +93,12 @@ class McpToolset(Toolset):
         outcome = await self.client.call(server, tool, arguments, ctx)
         meta["retries"] = outcome.retries
         if outcome.error is not None:
-            kind = "timeout" if isinstance(outcome.error, ToolTimeout) else "error"
-            code = outcome.error.code or "tool_error"
-            return ToolResult.error(code, outcome.error.message, **meta, outcome=kind)
+            error = outcome.error
+            timed_out = isinstance(error, ToolTimeout) or (
+                isinstance(error, ToolOutcomeUnknown) and error.timed_out
+            )
+            kind = "timeout" if timed_out else "error"
+            return ToolResult.error(error.code or "tool_error", error.message, **meta, outcome=kind)
         result = outcome.result
         assert result is not None
         if result.is_error:

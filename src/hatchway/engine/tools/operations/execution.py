@@ -213,8 +213,9 @@ def _error(exc: ToolError, ctx: RunContext) -> dict[str, Any]:
 
 
 def _unknown(exc: ToolError) -> str:
-    what = "no answer in time" if isinstance(exc, ToolTimeout) else "the call failed after it was sent"
-    return f"{what} ({exc.code}): the server may or may not have acted; not re-run"
+    cause = exc.cause if isinstance(exc, ToolOutcomeUnknown) else exc
+    what = "no answer in time" if isinstance(cause, ToolTimeout) else "the call failed after it was sent"
+    return f"{what} ({cause.code}): the server may or may not have acted; not re-run"
 
 
 async def cancel_operation(

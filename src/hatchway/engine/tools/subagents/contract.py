@@ -32,7 +32,8 @@ PARAMETERS: dict[str, Any] = {
 CHILD_INSTRUCTIONS = "You are an expert assistant. Complete the task and return only the result."
 """What a child is told when the call gives no ``instructions``."""
 ATTEMPTS = 3
-"""Tries of one child (transient failures are retried with backoff)."""
+"""Tries of one child: a transient failure before the child ran any tool is retried with backoff;
+once it has run one, a retry would run its tools again, so the failure is reported instead."""
 INVALID_ARGUMENTS = "invalid_arguments"
 CHILD_FAILED = "child_request_failed"
 MAX_CHILDREN = "max_children_reached"
@@ -86,6 +87,7 @@ class ChildRequest:
     instructions: str
     model: str
     call_id: str
+    parent_response_id: str | None
 
 
 @dataclass(slots=True)
@@ -97,5 +99,6 @@ class ChildResult:
 class ChildRunner(Protocol):
     """Runs child responses: what an adapter that stores responses gives the run plan."""
 
-    async def run_child(self, request: ChildRequest, parent: RunContext) -> ChildResult:
-        """Run one stored child response of ``parent.response_id``; raise HatchwayError on failure."""
+    async def run_child(self, request: ChildRequest, ctx: RunContext) -> ChildResult:
+        """Run one stored child response of ``request.parent_response_id`` in ``ctx``, the child's own
+        context (``parent.child()``: its ``run`` state shows what it did); raise HatchwayError on failure."""

@@ -79,6 +79,7 @@ class SubagentToolset(Toolset):
             instructions=parsed.instructions or CHILD_INSTRUCTIONS,
             model=model,
             call_id=call.call_id,
+            parent_response_id=ctx.response_id,
         )
         async with self._slots:
             return await self._run_with_retries(request, ctx, budget)
@@ -93,9 +94,16 @@ class SubagentToolset(Toolset):
                 )
                 return _failure(MAX_CHILDREN, message, retries=attempt)
             budget.children += 1
+            child_ctx = ctx.child()
             try:
-                child = await self.runner.run_child(request, ctx)
+                child = await self.runner.run_child(request, child_ctx)
             except HatchwayError as exc:
+                ran = child_ctx.run.tree_tool_calls()
+                if ran:  # trying again would run the child's tools again: its side effects twice
+                    message = f"{exc.message} (after the child had run {ran} tool call(s); not run again)"
+                    return _failure(
+                        CHILD_FAILED, message, retries=attempt, child_response_id=child_ctx.response_id
+                    )
                 if attempt == ATTEMPTS - 1 or not is_transient(exc) or ctx.remaining() < self.backoff_seconds:
                     return _failure(CHILD_FAILED, exc.message, retries=attempt)
                 await asyncio.sleep(self.backoff_seconds * (attempt + 1))
