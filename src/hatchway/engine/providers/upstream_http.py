@@ -186,6 +186,8 @@ class UpstreamResponse:
         self._conn: _Connection | None = conn
         self.status = conn.status
         self._header_list = conn.header_list
+        self.content_type = _header(conn.header_list, b"content-type").lower()
+        """The ``content-type`` in lower case ("" when none was sent)."""
         self._decoder = _decoder(_header(conn.header_list, b"content-encoding"))
 
     @property
