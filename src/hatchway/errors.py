@@ -16,6 +16,7 @@
     ├── InternalError .......... 500: a bug; what a client is told instead of a traceback
     ├── ProviderError .......... the upstream LLM failed
     │   ├── ProviderUnavailable  502 (connect error, broken response)
+    │   │   └── ProviderMalformed  a 200 whose body or stream is not a completion (field path named)
     │   ├── ProviderTimeout .... 504
     │   └── ProviderStatusError  the upstream's own 4xx passed through, 5xx as 502
     ├── ToolError .............. a tool call failed; the model receives it as a structured result
@@ -193,6 +194,13 @@ class ProviderUnavailable(ProviderError):
     """The upstream could not be reached or answered with something unusable."""
 
     default_code = "upstream_unavailable"
+
+
+class ProviderMalformed(ProviderUnavailable):
+    """The upstream answered 200 with something that is not a completion: a body or a stream chunk of
+    the wrong shape (the message names the field path), not JSON, not UTF-8, not decompressible."""
+
+    default_code = "upstream_malformed"
 
 
 class ProviderTimeout(ProviderError):

@@ -33,19 +33,24 @@ def raw_events(
     gateway, body: dict[str, Any], method: str = "POST", path: str = "/v1/responses"
 ) -> list[dict]:
     """Every SSE frame, checked: ``event:`` equals the JSON type and each validates as an SDK event."""
-    events = []
     headers = {"authorization": f"Bearer {gateway.key}"}
     with httpx.stream(method, f"{gateway.url}{path}", json=body or None, headers=headers, timeout=30) as r:
-        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
-        name = None
-        for line in r.iter_lines():
-            if line.startswith("event: "):
-                name = line[7:]
-            elif line.startswith("data: "):
-                payload = json.loads(line[6:])
-                assert payload["type"] == name
-                EVENTS.validate_python(payload)
-                events.append(payload)
+        return checked_events(r)
+
+
+def checked_events(r: httpx.Response) -> list[dict]:
+    """The SSE frames of a streamed response, checked as ``raw_events`` checks them."""
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    events = []
+    name = None
+    for line in r.iter_lines():
+        if line.startswith("event: "):
+            name = line[7:]
+        elif line.startswith("data: "):
+            payload = json.loads(line[6:])
+            assert payload["type"] == name
+            EVENTS.validate_python(payload)
+            events.append(payload)
     return events
 
 

@@ -65,8 +65,12 @@ MEANINGS: dict[str, str] = {
     "internal_error": "A bug in the gateway. The response (or stored response) says only this; the "
     "gateway's log has the details.",
     "upstream_error": "The upstream model provider failed.",
-    "upstream_unavailable": "The upstream could not be reached (refused, no route, no API key) or answered "
-    "with something unusable.",
+    "upstream_unavailable": "The upstream could not be reached (refused, no route, no API key), closed the "
+    "connection before its answer ended, or reported an error after answering 200 (its message quoted).",
+    "upstream_malformed": "The upstream answered 200 with something that is not a completion: a body or a "
+    "stream chunk of the wrong shape (the message names the field path, e.g. "
+    "`choices[0].message.content`), not JSON, not UTF-8, not decompressible, or an event stream with no "
+    "chunk. Mid-stream, an error chunk and `[DONE]` (Chat) or `error` and `response.failed` (Responses).",
     "upstream_timeout": "The upstream did not answer within the provider's `timeout_seconds`.",
     "vault_error": "A secret could not be stored or read.",
     "decryption_failed": "A secret could not be decrypted: wrong master key, or tampered data.",

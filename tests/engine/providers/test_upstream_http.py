@@ -181,6 +181,32 @@ async def test_gzip_body_is_decompressed() -> None:
     assert b"accept-encoding: identity\r\n" in upstream.requests[0]
 
 
+@pytest.mark.parametrize(
+    ("encoding", "packed", "says"),
+    [
+        ("gzip", b"this is not gzip", "the gzip body does not decompress"),
+        ("deflate", b"this is not deflate", "the deflate body does not decompress"),
+        (
+            "gzip",
+            gzip.compress(b'{"choices": []}')[:-12],
+            "the gzip body stops before its compressed data ends",
+        ),
+    ],
+    ids=["not_gzip", "not_deflate", "truncated_gzip"],
+)
+async def test_a_compressed_body_that_does_not_decompress_to_its_end_is_a_protocol_error(
+    encoding: str, packed: bytes, says: str
+) -> None:
+    head = b"HTTP/1.1 200 OK\r\ncontent-encoding: %s\r\ncontent-length: %d\r\n\r\n" % (
+        encoding.encode(),
+        len(packed),
+    )
+    async with serving(lambda n, _: head + packed, max_connections=1) as (_upstream, pool):
+        for _ in range(2):  # the one connection slot came back: the second request is served too
+            with pytest.raises(UpstreamProtocolError, match=says):
+                await asyncio.wait_for(_post(pool), 5)
+
+
 async def test_body_delimited_by_close_is_read_and_the_connection_not_reused() -> None:
     answer = b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n" + b"x" * 5000
     async with serving(lambda n, _: answer, after="close") as (upstream, pool):

@@ -9,28 +9,32 @@ from typing import Any
 
 import orjson
 
-from hatchway.engine.items import FunctionCall, Usage
-from hatchway.engine.providers.base import (
-    ModelProvider,
-    ModelRequest,
-    ModelResponse,
-    StreamDone,
-    StreamEvent,
-    TextDelta,
-    ToolCallDelta,
-)
+from hatchway.engine.providers.base import ModelProvider, ModelRequest, ModelResponse, StreamDone, StreamEvent
 from hatchway.engine.providers.chat_format import items_to_messages
+from hatchway.engine.providers.chat_replies import (
+    MAX_ERROR_SNIPPET,
+    ChunkAssembler,
+    completion_events,
+    parse_completion,
+)
 from hatchway.engine.providers.upstream_http import (
     UpstreamConnectError,
+    UpstreamDisconnected,
     UpstreamError,
     UpstreamPool,
+    UpstreamProtocolError,
     UpstreamResponse,
 )
-from hatchway.errors import HatchwayError, ProviderStatusError, ProviderTimeout, ProviderUnavailable
+from hatchway.errors import (
+    HatchwayError,
+    ProviderMalformed,
+    ProviderStatusError,
+    ProviderTimeout,
+    ProviderUnavailable,
+)
 from hatchway.observability.log_redaction import SECRETS
 from hatchway.observability.redaction import Redactor
 
-MAX_ERROR_SNIPPET = 200
 _CREDENTIAL_HEADER = re.compile(r"(?i)auth|key|token|secret|cookie")
 """Extra provider headers whose values are credentials (``api-key``, ``x-goog-api-key``…): redacted."""
 
@@ -52,44 +56,6 @@ def build_body(req: ModelRequest, *, stream: bool) -> dict[str, Any]:
         body.pop("stream", None)
         body.pop("stream_options", None)
     return body
-
-
-def parse_usage(data: dict[str, Any] | None) -> Usage:
-    if not data:
-        return Usage()
-    details = data.get("prompt_tokens_details") or {}
-    out_details = data.get("completion_tokens_details") or {}
-    return Usage(
-        prompt_tokens=int(data.get("prompt_tokens") or 0),
-        completion_tokens=int(data.get("completion_tokens") or 0),
-        cached_tokens=int(details.get("cached_tokens") or 0),
-        reasoning_tokens=int(out_details.get("reasoning_tokens") or 0),
-    )
-
-
-def parse_completion(data: dict[str, Any]) -> ModelResponse:
-    choices = data.get("choices") or []
-    if not choices or not isinstance(choices[0], dict):
-        raise ProviderUnavailable("The upstream returned a completion without choices.")
-    choice = choices[0]
-    message = choice.get("message") or {}
-    calls = [
-        FunctionCall(
-            call_id=c.get("id") or f"call_{i}",
-            name=(c.get("function") or {}).get("name", ""),
-            arguments=(c.get("function") or {}).get("arguments") or "",
-        )
-        for i, c in enumerate(message.get("tool_calls") or [])
-    ]
-    content = message.get("content")
-    return ModelResponse(
-        text=content if isinstance(content, str) else None,
-        tool_calls=calls,
-        finish_reason=choice.get("finish_reason") or ("tool_calls" if calls else "stop"),
-        usage=parse_usage(data.get("usage")),
-        model=data.get("model") or "",
-        raw={k: data[k] for k in ("id", "created", "system_fingerprint", "service_tier") if k in data},
-    )
 
 
 def upstream_error(status: int, body: bytes, secrets: Redactor) -> ProviderStatusError:
@@ -192,18 +158,18 @@ class OpenAICompatProvider(ModelProvider):
         content = orjson.dumps(build_body(req, stream=False))
         try:
             async with await self._open(content) as response:
+                if response.status < 400 and _is_event_stream(response):
+                    # An upstream that streams whatever it was asked: the stream is the answer.
+                    assembler = ChunkAssembler(self.id, self.secrets)
+                    async for line in response.lines():
+                        assembler.feed(line)
+                    return assembler.finish()
                 status, raw = response.status, await response.read()
         except (TimeoutError, UpstreamError) as exc:
             raise self._transport_error(exc) from exc
         if status >= 400:
             raise upstream_error(status, raw, self.secrets)
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise ProviderUnavailable(f"The upstream '{self.id}' returned a body that is not JSON.") from exc
-        if not isinstance(data, dict):
-            raise ProviderUnavailable(f"The upstream '{self.id}' returned an unexpected body.")
-        return parse_completion(data)
+        return parse_completion(raw, self.id, self.secrets, response.content_type)
 
     async def stream(self, req: ModelRequest) -> AsyncIterator[StreamEvent]:
         if self._key_source is not None:
@@ -214,9 +180,17 @@ class OpenAICompatProvider(ModelProvider):
             async with response:
                 if response.status >= 400:
                     raise upstream_error(response.status, await response.read(), self.secrets)
-                assembler = _StreamAssembler(self.secrets)
-                async for raw_line in response.lines():
-                    for event in assembler.feed(raw_line.decode("utf-8", "replace")):
+                if not _is_event_stream(response):
+                    # An upstream that ignored ``stream: true``: its whole completion is the stream.
+                    whole = parse_completion(
+                        await response.read(), self.id, self.secrets, response.content_type
+                    )
+                    for event in completion_events(whole):
+                        yield event
+                    return
+                assembler = ChunkAssembler(self.id, self.secrets)
+                async for line in response.lines():
+                    for event in assembler.feed(line):
                         yield event
                 yield StreamDone(assembler.finish())
         except (TimeoutError, UpstreamError) as exc:
@@ -234,6 +208,12 @@ class OpenAICompatProvider(ModelProvider):
             return ProviderTimeout(f"The upstream '{self.id}' did not answer in time.")
         if isinstance(exc, UpstreamConnectError):
             return ProviderUnavailable(f"The upstream '{self.id}' is unreachable (refused or no route).")
+        if isinstance(exc, UpstreamDisconnected):
+            return ProviderUnavailable(
+                f"The upstream '{self.id}' closed the connection before its answer ended."
+            )
+        if isinstance(exc, UpstreamProtocolError):  # its message names what, never the bytes
+            return ProviderMalformed(f"The upstream '{self.id}' sent a response that cannot be read: {exc}.")
         return ProviderUnavailable(f"The upstream '{self.id}' failed ({type(exc).__name__}).")
 
     async def aclose(self) -> None:
@@ -242,75 +222,5 @@ class OpenAICompatProvider(ModelProvider):
             self._pool = None
 
 
-class _StreamAssembler:
-    """Turns SSE lines of chat chunks into deltas and, at the end, one whole response."""
-
-    def __init__(self, secrets: Redactor) -> None:
-        self.secrets = secrets
-        self.text: list[str] = []
-        self.calls: dict[int, FunctionCall] = {}
-        self.finish_reason: str | None = None
-        self.usage = Usage()
-        self.model = ""
-        self.raw: dict[str, Any] = {}
-        self.saw_content = False
-
-    def feed(self, line: str) -> list[StreamEvent]:
-        if not line.startswith("data:"):
-            return []
-        payload = line[5:].strip()
-        if not payload or payload == "[DONE]":
-            return []
-        try:
-            chunk = orjson.loads(payload)
-        except orjson.JSONDecodeError as exc:
-            raise ProviderUnavailable("The upstream sent a stream chunk that is not JSON.") from exc
-        if isinstance(chunk, dict) and "error" in chunk and not chunk.get("choices"):
-            err = chunk["error"] if isinstance(chunk["error"], dict) else {"message": str(chunk["error"])}
-            message = self.secrets.redact(str(err.get("message")))
-            raise ProviderUnavailable(f"The upstream failed mid-stream: {message}")
-        self.model = chunk.get("model") or self.model
-        for key in ("id", "created", "system_fingerprint"):
-            if key in chunk:
-                self.raw[key] = chunk[key]
-        if chunk.get("usage"):
-            self.usage = parse_usage(chunk["usage"])
-        events: list[StreamEvent] = []
-        for choice in chunk.get("choices") or []:
-            delta = choice.get("delta") or {}
-            if delta.get("content"):
-                self.text.append(delta["content"])
-                self.saw_content = True
-                events.append(TextDelta(delta["content"]))
-            for tc in delta.get("tool_calls") or []:
-                events.append(self._tool_delta(tc))
-            if choice.get("finish_reason"):
-                self.finish_reason = choice["finish_reason"]
-        return events
-
-    def _tool_delta(self, tc: dict[str, Any]) -> ToolCallDelta:
-        index = int(tc.get("index", len(self.calls)))
-        fn = tc.get("function") or {}
-        call = self.calls.get(index)
-        if call is None:
-            call = self.calls[index] = FunctionCall(
-                call_id=tc.get("id") or f"call_{index}", name="", arguments=""
-            )
-        if tc.get("id"):
-            call.call_id = tc["id"]
-        if fn.get("name"):
-            call.name += fn["name"]
-        args = fn.get("arguments") or ""
-        call.arguments += args
-        return ToolCallDelta(index=index, call_id=tc.get("id"), name=fn.get("name"), arguments=args)
-
-    def finish(self) -> ModelResponse:
-        calls = [self.calls[i] for i in sorted(self.calls)]
-        return ModelResponse(
-            text="".join(self.text) if self.saw_content else None,
-            tool_calls=calls,
-            finish_reason=self.finish_reason or ("tool_calls" if calls else "stop"),
-            usage=self.usage,
-            model=self.model,
-            raw=self.raw,
-        )
+def _is_event_stream(response: UpstreamResponse) -> bool:
+    return response.content_type.startswith("text/event-stream")

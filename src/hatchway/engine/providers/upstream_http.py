@@ -186,8 +186,9 @@ class UpstreamResponse:
         self._conn: _Connection | None = conn
         self.status = conn.status
         self._header_list = conn.header_list
-        encoding = next((v for n, v in conn.header_list if n.lower() == b"content-encoding"), b"")
-        self._decoder = _decoder(encoding.decode("latin-1"))
+        self.content_type = _header(conn.header_list, b"content-type").lower()
+        """The ``content-type`` in lower case ("" when none was sent)."""
+        self._decoder = _decoder(_header(conn.header_list, b"content-encoding"))
 
     @property
     def headers(self) -> dict[str, str]:
@@ -243,14 +244,41 @@ class UpstreamResponse:
             self._pool._release(conn)
 
 
-def _decoder(encoding: str) -> Any:
-    encoding = encoding.strip().lower()
+def _header(header_list: list[tuple[bytes, bytes]], name: bytes) -> str:
+    """A header's value ("" when absent; a repeated header: its first value)."""
+    return next((v for n, v in header_list if n.lower() == name), b"").decode("latin-1").strip()
+
+
+class _Decoder:
+    """A gzip or deflate body decompressed as it arrives; one that does not decompress, or stops
+    before its compressed stream ends (a cut or truncated body), is a protocol error."""
+
+    def __init__(self, encoding: str, wbits: int) -> None:
+        self.encoding = encoding
+        self._zlib = zlib.decompressobj(wbits)
+        self._fed = False
+
+    def decompress(self, data: bytes) -> bytes:
+        self._fed = self._fed or bool(data)
+        try:
+            return self._zlib.decompress(data)
+        except zlib.error as exc:
+            raise UpstreamProtocolError(f"the {self.encoding} body does not decompress ({exc})") from None
+
+    def flush(self) -> bytes:
+        if self._fed and not self._zlib.eof:  # an empty body (a 204's) has nothing to end
+            raise UpstreamProtocolError(f"the {self.encoding} body stops before its compressed data ends")
+        return self._zlib.flush()
+
+
+def _decoder(encoding: str) -> _Decoder | None:
+    encoding = encoding.lower()
     if encoding in ("", "identity"):
         return None
     if encoding in ("gzip", "x-gzip"):
-        return zlib.decompressobj(16 + zlib.MAX_WBITS)
+        return _Decoder("gzip", 16 + zlib.MAX_WBITS)
     if encoding == "deflate":
-        return zlib.decompressobj(zlib.MAX_WBITS)
+        return _Decoder("deflate", zlib.MAX_WBITS)
     raise UpstreamProtocolError(f"unsupported content-encoding {encoding!r}")
 
 
