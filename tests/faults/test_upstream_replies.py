@@ -172,11 +172,26 @@ FAULTS: dict[str, Fault] = {
     ),
 }
 
+THINKING = {"type": "thinking", "text": "the user wants a greeting"}
+TEXT_THERE = {"type": "text", "text": "there"}
+
 ANSWERS: dict[str, Answer] = {
     "json_completion": Answer(completion()),
     "sse_completion": Answer(GOOD_STREAM, SSE),
     "gzip_completion": Answer(gzipped(completion()), content_encoding="gzip"),
     "deflate_sse_completion": Answer(deflated(GOOD_STREAM), SSE, content_encoding="deflate"),
+    # Content as parts (some reasoning upstreams): the text parts are the answer, the others are not.
+    "content_parts": Answer(message(content=[THINKING, {"type": "text", "text": "hi "}, TEXT_THERE])),
+    "sse_content_parts": Answer(
+        sse(
+            chunk({"role": "assistant", "content": [THINKING]}),
+            chunk({"content": [{"type": "text", "text": "hi "}]}),
+            chunk({"content": [TEXT_THERE]}),
+            chunk(choices=[{"index": 0, "delta": {}, "finish_reason": "stop"}]),
+            chunk(choices=[], usage=COMPLETION["usage"]),
+        ),
+        SSE,
+    ),
 }
 
 WEATHER_CALL = {

@@ -52,8 +52,25 @@ class _ToolCall(TypedDict, total=False):
     function: Required[_Function]
 
 
+class _ContentPart(TypedDict, total=False):
+    """Some upstreams send ``content`` as parts (text beside reasoning); only ``text`` parts answer."""
+
+    type: Required[str]
+    text: str | None
+
+
+Content = str | list[_ContentPart] | None
+
+
+def content_text(content: Content) -> str | None:
+    """The answer's text: the string, or the text parts joined (None when there is none)."""
+    if content is None or isinstance(content, str):
+        return content
+    return "".join(part.get("text") or "" for part in content if part["type"] == "text") or None
+
+
 class _Message(TypedDict, total=False):
-    content: str | None
+    content: Content
     tool_calls: list[_ToolCall] | None
 
 
@@ -85,7 +102,7 @@ class _ToolCallDelta(TypedDict, total=False):
 
 
 class _Delta(TypedDict, total=False):
-    content: str | None
+    content: Content
     tool_calls: list[_ToolCallDelta] | None
 
 
@@ -190,7 +207,7 @@ def parse_completion(
     ]
     usage = data.get("usage")
     return ModelResponse(
-        text=message.get("content"),
+        text=content_text(message.get("content")),
         tool_calls=calls,
         finish_reason=choice.get("finish_reason") or ("tool_calls" if calls else "stop"),
         usage=to_usage(usage) if usage else Usage(),
@@ -252,7 +269,7 @@ class ChunkAssembler:
         for choice in choices or ():
             delta = choice.get("delta")
             if delta:
-                if content := delta.get("content"):
+                if content := content_text(delta.get("content")):
                     self.text.append(content)
                     self.saw_content = True
                     events.append(TextDelta(content))
