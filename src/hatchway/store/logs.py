@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import insert, select
 
 from hatchway.errors import NotFound
+from hatchway.store.columns import fit_row
 from hatchway.store.db import Database
 from hatchway.store.tables import RequestLog, utcnow
 
@@ -171,7 +172,7 @@ class LogWriter:
             # A bulk INSERT of plain rows on a connection: no ORM session or unit-of-work bookkeeping
             # for rows nobody reads back.
             async with self.db.engine.begin() as conn:
-                await conn.execute(_INSERT, [_row(record) for record in batch])
+                await conn.execute(_INSERT, [fit_row(RequestLog.__table__, record) for record in batch])
         except Exception:
             logger.exception("could not store %d request log record(s)", len(batch))
         finally:
@@ -183,18 +184,6 @@ class LogWriter:
 
 
 _INSERT = insert(RequestLog.__table__)
-_COLUMNS = [(c.key, c.default) for c in RequestLog.__table__.columns]
-
-
-def _row(record: Record) -> dict[str, Any]:
-    """The record's column values, with column defaults for what was left unset."""
-    row = {}
-    for key, default in _COLUMNS:
-        value = getattr(record, key)
-        if value is None and default is not None:
-            value = default.arg(None) if default.is_callable else default.arg  # type: ignore[attr-defined]
-        row[key] = value
-    return row
 
 
 class RequestLogStore:
