@@ -25,6 +25,8 @@ def test_rows_come_back_in_order_and_a_replayed_file_is_gone(tmp_path: Path) -> 
     assert spool.pending() == [] and not tmp_path.joinpath("x").exists()
     assert spool.append(rows(3)) == 3
     assert spool.append(rows(2, start=3)) == 2
+    [path] = tmp_path.iterdir()
+    assert path.stat().st_mode & 0o777 == 0o600  # the run log's content: the owner's only
     [own] = spool.pending()  # closed for appending: the next rows open a new file
     assert spool.append(rows(1, start=5)) == 1
     files = spool.pending()

@@ -94,6 +94,7 @@ def _fit_for(column: Column[Any]) -> Fit:
 
 
 def _fast_path(kind: Any, slow: Fit) -> Fit:
+    """The fit of one column type: its common case checked inline, anything else to ``slow``."""
     if isinstance(kind, String):  # Text too: a String without a length
         length = kind.length or 2**62
 

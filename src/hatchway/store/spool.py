@@ -114,10 +114,11 @@ class RecordSpool:
         self._current = None
 
     def _open(self) -> SpoolFile:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         name = f"{self.prefix}{time.time_ns():020d}-{uuid.uuid4().hex[:8]}{SUFFIX}"
         path = self.directory / name
-        handle = path.open("a+b")
+        # Records are the run log's content (redacted, but an organisation's): the owner's only.
+        handle = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600), "a+b")
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # a new name: nobody else holds it
         self._current = SpoolFile(path, handle)
         return self._current
