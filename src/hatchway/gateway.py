@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hatchway.config.settings import Settings
@@ -34,6 +35,7 @@ from hatchway.store.cache import Cache, MemoryCache
 from hatchway.store.db import Database
 from hatchway.store.logs import LogWriter, RequestLogStore
 from hatchway.store.orgs import OrgStore
+from hatchway.store.spool import RecordSpool, database_key
 from hatchway.tasks import TaskRegistry
 from hatchway.vault import Vault, load_master_key
 
@@ -50,6 +52,16 @@ def make_cache(settings: Settings) -> Cache:
 
         return RedisCache(settings.redis_url, prefix=settings.redis_prefix)
     return MemoryCache(max_bytes=settings.memory_cache_max_bytes)
+
+
+def make_spool(settings: Settings) -> RecordSpool | None:
+    """The local spool of run records the database could not take (None when ``spool_dir`` is null)."""
+    records = settings.run_records
+    if records.spool_dir is None:
+        return None
+    return RecordSpool(
+        Path(records.spool_dir), database_key(settings.database_url), max_bytes=records.spool_max_bytes
+    )
 
 
 class Gateway:
@@ -70,11 +82,19 @@ class Gateway:
         self.cache: Cache = cache or make_cache(settings)
         self.orgs = OrgStore(self.db)
         self.logs = RequestLogStore(self.db)
-        self.log_writer = LogWriter(self.db)
         metrics = Metrics(
             known_models=[*(m.name for m in settings.models), *(f"agent:{a.name}" for a in settings.agents)],
             providers=[p.id for p in settings.providers],
         )
+        records = settings.run_records
+        self.log_writer = LogWriter(
+            self.db,
+            linger_seconds=records.linger_seconds,
+            retry_seconds=records.retry_seconds,
+            spool=make_spool(settings),
+            tally=metrics,
+        )
+        """Run records, batched; through a database outage, retried and then spooled to local disk."""
         self.telemetry = Telemetry(metrics, Tracing.from_settings(settings, tracer_provider))
         """Prometheus series (a registry of this gateway's own) and, when configured, OTel spans."""
         self.log_writer.observers.append(self.telemetry.observe_record)

@@ -13,6 +13,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from hatchway.store.log_sink import DROP_REASONS
 from hatchway.store.logs import Record
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -107,6 +108,25 @@ class Metrics:
         self.runs_in_flight = Gauge(
             "hatchway_runs_in_flight", "Runs in progress on this process.", registry=r
         )
+        self.run_records_dropped = Counter(
+            "hatchway_run_records_dropped",
+            "Run records that could not be stored: refused by the database even cleaned, the database "
+            "unreachable with no spool, the spool full or unwritable, or a writer error.",
+            ["reason"],
+            registry=r,
+        )
+        for reason in DROP_REASONS:  # every series exported from the start, at 0
+            self.run_records_dropped.labels(reason)
+        self.run_records_spooled = Counter(
+            "hatchway_run_records_spooled",
+            "Run records written to the local spool while the database was unreachable.",
+            registry=r,
+        )
+        self.run_records_replayed = Counter(
+            "hatchway_run_records_replayed",
+            "Run records stored from the local spool once the database answered again.",
+            registry=r,
+        )
         self._model = BoundedLabel()
         self._tool = BoundedLabel()
         self._server = BoundedLabel()
@@ -147,6 +167,16 @@ class Metrics:
             child(self.tool_calls, server, tool, str(step.get("outcome") or "ok")).inc()
             if step.get("cached"):
                 child(self.tool_cache_hits, server, tool).inc()
+
+    def records_dropped(self, reason: str, count: int) -> None:
+        """The run-log sink's tally (``store/log_sink.py`` ``RecordTally``)."""
+        self.run_records_dropped.labels(reason).inc(count)
+
+    def records_spooled(self, count: int) -> None:
+        self.run_records_spooled.inc(count)
+
+    def records_replayed(self, count: int) -> None:
+        self.run_records_replayed.inc(count)
 
     def _model_label(self, model: str | None) -> str:
         if model in self.known_models:
