@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,6 @@ from hatchway.observability.metrics import Metrics
 from hatchway.store.db import Database
 from hatchway.store.logs import LogQuery, LogRecord, LogWriter, RequestLogStore
 from hatchway.store.spool import RecordSpool, database_key
-from tests.support.backends import PG_URL
 from tests.support.gateway import OrgKey, RunningGateway, create_org_key
 from tests.support.metrics import scrape, value
 from tests.support.outage_proxy import OutageProxy
@@ -55,15 +54,6 @@ def records(url: str, key: str) -> list[dict[str, Any]]:
     return response.json()["data"]
 
 
-@pytest.fixture
-def proxy() -> Iterator[OutageProxy]:
-    if not PG_URL:
-        pytest.skip("PostgreSQL not configured: set HATCHWAY_TEST_DATABASE_URL")
-    host, _, port = PG_URL.partition("@")[2].partition("/")[0].partition(":")
-    with OutageProxy(host, int(port or 5432)) as running:
-        yield running
-
-
 # -- a bad value among good records -------------------------------------------------------------------
 
 BAD_REQUESTS: dict[str, tuple[dict[str, Any], Callable[[dict[str, Any]], None]]] = {
@@ -77,10 +67,10 @@ BAD_REQUESTS: dict[str, tuple[dict[str, Any], Callable[[dict[str, Any]], None]]]
         {"model": "gpt-4o\x00evil"},
         lambda r: r["model"] == "gpt-4o\ufffdevil" and r["http_status"] == 404,
     ),
-    # an upstream's finish_reason that is not a string: answered 200, recorded as its string
-    "a finish_reason that is a number": (
+    # an upstream's finish_reason longer than its column (32): answered 200, recorded cut short
+    "a 40-character finish_reason": (
         {"text": "odd upstream"},
-        lambda r: r["finish_reason"] == "7" and r["http_status"] == 200,
+        lambda r: r["finish_reason"] == "x" * 31 + "…" and r["http_status"] == 200,
     ),
 }
 
@@ -95,7 +85,7 @@ def test_one_bad_value_loses_no_other_record_of_any_organisation(
 
     def script(body: dict[str, Any]) -> Reply:
         if body["messages"][-1]["content"] == "odd upstream":
-            return Reply("fine", finish_reason=7)  # type: ignore[arg-type]  (the fault: not a str)
+            return Reply("fine", finish_reason="x" * 40)  # the fault: longer than its column
         return Reply("ok", gate=gate)
 
     llm.handler = script

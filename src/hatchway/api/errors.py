@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hatchway.config.loading import format_loc, validation_problems
 from hatchway.errors import ClientGone, HatchwayError, InvalidRequest
+from hatchway.store.db import DATABASE_UNAVAILABLE, database_unreachable
 
 logger = logging.getLogger("hatchway.api")
 M = TypeVar("M", bound=BaseModel)
@@ -44,6 +45,9 @@ def error_response(exc: BaseException) -> Response:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         body = {"error": {"message": str(exc.detail), "type": kind, "param": None, "code": None}}
         return json_error(exc.status_code, body, headers=getattr(exc, "headers", None))
+    if database_unreachable(exc):
+        logger.warning("database unreachable (%s)", type(exc).__name__)
+        return json_error(503, DATABASE_UNAVAILABLE.to_body(), headers={"retry-after": "5"})
     logger.error("unhandled error", exc_info=exc)
     body = {"error": {"message": "Internal error.", "type": "server_error", "param": None, "code": None}}
     return json_error(500, body)

@@ -62,6 +62,8 @@ MEANINGS: dict[str, str] = {
     "with HTTP status 499.",
     # -- HTTP: the gateway or its upstream --------------------------------------------------------
     "unavailable": "A component this request needs is not running in this process.",
+    "database_unavailable": "The database could not be reached (down, refusing connections, cut mid-query); "
+    "retry after the `retry-after` seconds.",
     "internal_error": "A bug in the gateway. The response (or stored response) says only this; the "
     "gateway's log has the details.",
     "upstream_error": "The upstream model provider failed.",

@@ -30,6 +30,7 @@ from hatchway.engine.loop import RunResult
 from hatchway.errors import ClientGone, HatchwayError
 from hatchway.ids import new_id
 from hatchway.observability.telemetry import RunInstruments, Telemetry
+from hatchway.store.db import DATABASE_UNAVAILABLE, database_unreachable
 from hatchway.store.logs import LogRecord, LogWriter
 
 CLIENT_GONE = ClientGone.status_code
@@ -200,4 +201,6 @@ def _ending_of(exc: BaseException | None) -> RunEnding:
         return RunEnding(exc.status_code, error=exc.message)
     if isinstance(exc, asyncio.CancelledError):
         return RunEnding(CLIENT_GONE, error=INTERRUPTED)
+    if database_unreachable(exc):
+        return RunEnding(503, error=DATABASE_UNAVAILABLE.message)
     return RunEnding(500, error=f"Internal error ({type(exc).__name__}).")

@@ -14,6 +14,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.engine.url import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
+from hatchway.errors import Unavailable
+
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 _MIGRATION_LOCK_ID = 0x4A7C_0001  # PostgreSQL advisory lock: one replica migrates at a time
 
@@ -33,6 +35,12 @@ def _json_dumps(value: object) -> str:
     # JSON columns (request-log steps, stored responses) are written on every request: orjson is
     # several times faster than the stdlib encoder SQLAlchemy uses by default.
     return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+DATABASE_UNAVAILABLE = Unavailable(
+    "The database is unreachable right now; try again shortly.", code="database_unavailable"
+)
+"""What a request that needed the database is answered (503) while it cannot be reached."""
 
 
 def database_unreachable(exc: BaseException) -> bool:
