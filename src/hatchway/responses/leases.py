@@ -1,5 +1,7 @@
-"""Leases of running responses: this replica renews its own, fails those of replicas that are gone,
-and stops its runs that were cancelled elsewhere (see ``responses/store.py`` for the rule)."""
+"""Leases of running responses: this replica renews those it still runs, fails those whose run is gone
+(another replica died, or a run here ended without storing its ending), and stops its runs that were
+cancelled elsewhere (see ``responses/store.py`` for the rule). A dead run ends within
+``response_lease_seconds`` plus a third of it (the renewal interval)."""
 
 from __future__ import annotations
 
@@ -23,9 +25,10 @@ async def keep_leases(store: ResponseStore, tasks: TaskRegistry) -> None:
     while True:
         await asyncio.sleep(interval)
         try:
-            await store.renew_leases()
+            running = tasks.running()
+            await store.renew_leases(running)
             await store.fail_expired(RUN_LOST)
-            for response_id in await store.cancelled_among(tasks.running()):
+            for response_id in await store.cancelled_among(running):
                 tasks.cancel(response_id)
         except Exception:  # a database hiccup must not end the heartbeat
             logger.exception("could not renew response leases")

@@ -306,12 +306,20 @@ class ResponseStore:
 
     # -- leases ---------------------------------------------------------------------------------
 
-    async def renew_leases(self) -> None:
-        """Extend the lease of every active response this process owns."""
+    async def renew_leases(self, running: list[str]) -> None:
+        """Extend the leases of the active responses this process owns and still runs (``running``:
+        the ids of its live run tasks). A response it owns whose run is gone without an ending is
+        not renewed: its lease runs out and ``fail_expired`` ends it, as if its replica had died."""
+        if not running:
+            return
         async with self.db.session() as s:
             await s.execute(
                 update(ResponseRecord)
-                .where(ResponseRecord.owner == self.owner, ResponseRecord.status.in_(ACTIVE))
+                .where(
+                    ResponseRecord.owner == self.owner,
+                    ResponseRecord.status.in_(ACTIVE),
+                    ResponseRecord.id.in_(running),
+                )
                 .values(lease_expires_at=self._lease())
             )
 
