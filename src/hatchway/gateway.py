@@ -28,6 +28,7 @@ from hatchway.observability.telemetry import Telemetry
 from hatchway.observability.tracing import Tracing
 from hatchway.responses.background import Background, make_queue
 from hatchway.responses.leases import RUN_LOST, keep_leases
+from hatchway.responses.requeue import keep_requeueing
 from hatchway.responses.runs import ResponseRunner
 from hatchway.responses.service import Responses
 from hatchway.responses.store import ResponseStore
@@ -160,6 +161,14 @@ class Gateway:
         self.log_writer.start()
         await self.responses.store.fail_expired(RUN_LOST)
         self.tasks.spawn("responses:leases", keep_leases(self.responses.store, self.tasks))
+        if self.jobs is not None:
+            requeue = keep_requeueing(
+                self.responses.store,
+                self.jobs,
+                after_seconds=self.settings.background.requeue_after_seconds,
+                requeued=self.telemetry.metrics.responses_requeued_by,
+            )
+            self.tasks.spawn("responses:requeue", requeue)
         pool = self.settings.mcp_pool
         sweep = max(min(pool.idle_seconds_inline, pool.idle_seconds) / 4, 0.25)
         self.tasks.spawn("mcp:idle", keep_expiring(self.mcp_pool, sweep))

@@ -23,5 +23,9 @@ class BackgroundSettings(StrictModel):
     """How often workers look for such jobs."""
     max_attempts: Annotated[int, Field(ge=1, le=10)] = 3
     """How many workers may take one job before it is given up (see docs/scale.md, "Dead workers")."""
+    requeue_after_seconds: Annotated[int, Field(ge=1)] = 30
+    """A ``queued`` response whose job is missing from Redis this long after it was queued (or last
+    checked) is queued again: a Redis restart without its data strands none (see
+    docs/reliability.md, "Background responses and Redis")."""
     shutdown_grace_seconds: Annotated[int, Field(ge=0)] = 30
     """On SIGTERM a worker stops taking jobs and lets running ones finish for up to this long."""

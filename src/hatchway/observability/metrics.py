@@ -127,6 +127,11 @@ class Metrics:
             "Run records stored from the local spool once the database answered again.",
             registry=r,
         )
+        self.responses_requeued = Counter(
+            "hatchway_responses_requeued",
+            "Queued background responses enqueued again because their job was missing from Redis.",
+            registry=r,
+        )
         self._model = BoundedLabel()
         self._tool = BoundedLabel()
         self._server = BoundedLabel()
@@ -177,6 +182,10 @@ class Metrics:
 
     def records_replayed(self, count: int) -> None:
         self.run_records_replayed.inc(count)
+
+    def responses_requeued_by(self, count: int) -> None:
+        """The requeue pass's tally (``responses/requeue.py``)."""
+        self.responses_requeued.inc(count)
 
     def _model_label(self, model: str | None) -> str:
         if model in self.known_models:

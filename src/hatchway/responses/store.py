@@ -304,6 +304,31 @@ class ResponseStore:
         async with self.db.session() as s:
             return {parent: count for parent, count in (await s.execute(stmt)).all() if parent}
 
+    async def stale_queued(self, older_than: float, limit: int) -> list[tuple[str, str]]:
+        """``(org_id, id)`` of up to ``limit`` queued responses with a stored request, untouched for
+        ``older_than`` seconds, oldest first; each is marked as touched now, so a backlog larger than
+        ``limit`` is checked in turns (see ``responses/requeue.py``)."""
+        now = utcnow()
+        stmt = (
+            select(ResponseRecord.org_id, ResponseRecord.id)
+            .join(ResponseJobRecord, ResponseJobRecord.response_id == ResponseRecord.id)
+            .where(
+                ResponseRecord.status == "queued",
+                ResponseRecord.updated_at < now - timedelta(seconds=older_than),
+            )
+            .order_by(ResponseRecord.updated_at)
+            .limit(limit)
+        )
+        async with self.db.session() as s:
+            rows = [(org_id, response_id) for org_id, response_id in (await s.execute(stmt)).all()]
+            if rows:
+                await s.execute(
+                    update(ResponseRecord)
+                    .where(ResponseRecord.id.in_([r for _, r in rows]), ResponseRecord.status == "queued")
+                    .values(updated_at=now)
+                )
+        return rows
+
     # -- leases ---------------------------------------------------------------------------------
 
     async def renew_leases(self, running: list[str]) -> None:
