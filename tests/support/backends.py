@@ -32,5 +32,7 @@ def fresh_pg_database(prefix: str) -> Iterator[str]:
         pytest.skip("PostgreSQL not configured: set HATCHWAY_TEST_DATABASE_URL")
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     asyncio.run(_pg_admin(f'CREATE DATABASE "{name}"'))
-    yield f"{PG_URL.rpartition('/')[0]}/{name}"
-    asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    try:
+        yield f"{PG_URL.rpartition('/')[0]}/{name}"
+    finally:  # a failing test inside must not leave its database behind
+        asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
