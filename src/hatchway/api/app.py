@@ -25,6 +25,7 @@ from hatchway.api import (
 )
 from hatchway.api.chat import ChatCompletionsApp
 from hatchway.api.errors import ErrorMiddleware, error_response, install_error_handlers
+from hatchway.api.openapi import install_openapi
 from hatchway.api.ui import mount_dashboard
 from hatchway.config.settings import Settings
 from hatchway.errors import InvalidRequest
@@ -88,6 +89,7 @@ def create_app(
     app = GatewayApp(title="Hatchway", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.gateway = gw
     install_error_handlers(app)
+    install_openapi(app)
     for module in (
         health,
         metrics,

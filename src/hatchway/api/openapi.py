@@ -1,0 +1,140 @@
+"""The served OpenAPI document (``/openapi.json``): every route with its request body and the errors
+it can answer, generated from the same models the routes validate with.
+
+FastAPI documents what it sees: the routes that read their JSON themselves (to answer a 400 with the
+field path, not FastAPI's 422) would show no body, every route would claim a 422 it never sends, and
+the chat route, served ahead of the router, would be missing. This fills those in once, when the
+document is first asked for.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
+
+from hatchway.api.chat import ChatCompletionsApp, ChatRequest
+from hatchway.api.responses_compact import CompactRequest
+from hatchway.api.secrets import SecretBody
+from hatchway.responses.wire import CreateResponseRequest
+
+ERROR = "#/components/schemas/Error"
+ERROR_SCHEMA: dict[str, Any] = {
+    "title": "Error",
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type", "param", "code"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+        }
+    },
+}
+"""OpenAI's error shape, which every error the gateway answers has (docs/errors.md lists the codes)."""
+
+ERRORS = {
+    "400": "Malformed input; `param` names the field path.",
+    "401": "Missing, unknown or revoked API key.",
+    "403": "Not allowed (an egress or secret rule, another end user's operation).",
+    "404": "No such object in this organisation.",
+    "409": "The object's state does not allow this.",
+    "413": "The request body is larger than `max_request_body_bytes`.",
+    "431": "The request line and headers are larger than `max_request_header_bytes`.",
+    "500": "A bug in the gateway (the message says only that).",
+    "502": "The upstream failed or answered something that is not a completion.",
+    "503": "A component the request needs cannot be reached (the database, the job queue).",
+    "504": "The upstream did not answer in time.",
+}
+"""What any ``/v1`` route may answer besides its success (the refusals of the HTTP protocol included)."""
+
+BODIES: dict[tuple[str, str], tuple[type[BaseModel], bool]] = {
+    ("post", "/v1/responses"): (CreateResponseRequest, True),
+    ("post", "/v1/responses/compact"): (CompactRequest, True),
+    ("put", "/v1/secrets/{name}"): (SecretBody, True),
+}
+"""Routes that read their JSON body themselves: its model, and whether it is required."""
+
+CONFIRM = "#/components/schemas/ConfirmBody"
+CONFIRM_BODY: dict[str, Any] = {
+    "title": "ConfirmBody",
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {"confirm": {"const": True}, "arguments_digest": {"type": "string"}},
+}
+"""``POST /v1/operations/{id}/confirm``'s optional body (``api/operations.py`` ``_confirm_body``)."""
+
+
+def install_openapi(app: FastAPI) -> None:
+    """Serve the completed document at ``app.openapi_url``."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = build_openapi(app)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def build_openapi(app: FastAPI) -> dict[str, Any]:
+    schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+    components: dict[str, Any] = schema.setdefault("components", {}).setdefault("schemas", {})
+    components["Error"] = ERROR_SCHEMA
+    components[CONFIRM.rpartition("/")[2]] = CONFIRM_BODY
+    for (method, path), (model, required) in BODIES.items():
+        schema["paths"][path][method]["requestBody"] = _body(components, model, required)
+    confirm = schema["paths"]["/v1/operations/{operation_id}/confirm"]["post"]
+    confirm["requestBody"] = {
+        "required": False,
+        "content": _json({"$ref": "#/components/schemas/ConfirmBody"}),
+    }
+    schema["paths"][ChatCompletionsApp.path] = {"post": _chat_operation(components)}
+    for path, operations in schema["paths"].items():
+        for operation in operations.values():
+            _document_errors(path, operation)
+    components.pop("HTTPValidationError", None)
+    components.pop("ValidationError", None)
+    return schema
+
+
+def _document_errors(path: str, operation: dict[str, Any]) -> None:
+    responses = operation.setdefault("responses", {})
+    responses.pop("422", None)  # FastAPI's own; the gateway answers 400 with the field path
+    errors = ERRORS if path.startswith("/v1/") else {"503": "Not ready (a check failed)."}
+    for status, description in errors.items():
+        responses.setdefault(status, {"description": description, "content": _json({"$ref": ERROR})})
+
+
+def _chat_operation(components: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "summary": "Create a chat completion (the agent loop runs server-side over the plugin's tools)",
+        "operationId": "create_chat_completion",
+        "requestBody": _body(components, ChatRequest, True),
+        "responses": {
+            "200": {
+                "description": "A `chat.completion`, or with `stream: true` an event stream of chunks.",
+                "content": {
+                    "application/json": {"schema": {"type": "object"}},
+                    "text/event-stream": {"schema": {"type": "string"}},
+                },
+            }
+        },
+    }
+
+
+def _body(components: dict[str, Any], model: type[BaseModel], required: bool) -> dict[str, Any]:
+    model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    components.update(model_schema.pop("$defs", {}))
+    components[model.__name__] = model_schema
+    return {"required": required, "content": _json({"$ref": f"#/components/schemas/{model.__name__}"})}
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}

@@ -1,0 +1,92 @@
+"""The served ``/openapi.json`` describes what the gateway does: every route (the chat route served
+ahead of the router included), the request body of each route that reads one, and the errors it
+answers in OpenAI's shape — never FastAPI's 422, which the gateway does not send. Real answers are
+checked against it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import jsonschema
+import pytest
+from fastapi.routing import APIRoute
+
+from tests.support.gateway import RunningGateway
+
+BODIES = {
+    ("post", "/v1/chat/completions"),
+    ("post", "/v1/responses"),
+    ("post", "/v1/responses/compact"),
+    ("put", "/v1/secrets/{name}"),
+    ("post", "/v1/operations/{operation_id}/confirm"),
+}
+
+
+@pytest.fixture
+def document(gateway: RunningGateway) -> dict[str, Any]:
+    answer = httpx.get(f"{gateway.url}/openapi.json")
+    assert answer.status_code == 200
+    return answer.json()
+
+
+def api_routes(routes: list[Any]) -> list[APIRoute]:
+    """The app's API routes, inside the routers it includes (FastAPI wraps each included router)."""
+    found = []
+    for route in routes:
+        if isinstance(route, APIRoute):
+            found.append(route)
+        elif (inner := getattr(route, "original_router", None)) is not None:
+            found.extend(api_routes(inner.routes))
+    return found
+
+
+def resolved(document: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with ``$ref``s resolvable against the document's components (for jsonschema)."""
+    return {**schema, "components": document["components"]}
+
+
+def test_every_route_is_documented_with_its_body_and_errors(
+    gateway: RunningGateway, document: dict[str, Any]
+) -> None:
+    app = gateway.server.server.config.app
+    served = {
+        (method.lower(), route.path)
+        for route in api_routes(app.routes)
+        if route.include_in_schema
+        for method in route.methods
+    } | {("post", "/v1/chat/completions")}
+    documented = {(method, path) for path, ops in document["paths"].items() for method in ops}
+    assert served == documented
+
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            responses = operation["responses"]
+            assert "422" not in responses, (method, path)
+            if path.startswith("/v1/"):
+                assert {"400", "401", "404", "413", "500", "503"} <= set(responses), (method, path)
+            has_body = "requestBody" in operation
+            assert has_body == ((method, path) in BODIES), (method, path)
+            if has_body:
+                ref = operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+                assert ref.rpartition("/")[2] in document["components"]["schemas"], ref
+
+
+def test_real_answers_match_the_document(gateway: RunningGateway, document: dict[str, Any]) -> None:
+    auth = {"authorization": f"Bearer {gateway.key}"}
+    error = resolved(document, {"$ref": "#/components/schemas/Error"})
+    answers = [
+        httpx.post(f"{gateway.url}/v1/responses", json={"model": 5}, headers=auth),
+        httpx.post(f"{gateway.url}/v1/chat/completions", json={"messages": "no"}, headers=auth),
+        httpx.get(f"{gateway.url}/v1/responses/resp_unknown", headers=auth),
+        httpx.get(f"{gateway.url}/v1/models"),
+    ]
+    assert [a.status_code for a in answers] == [400, 400, 404, 401]
+    for answer in answers:
+        jsonschema.validate(answer.json(), error)
+
+    body = {"model": "gpt-4o", "input": "hi", "metadata": {"k": "v"}}
+    request_schema = resolved(document, {"$ref": "#/components/schemas/CreateResponseRequest"})
+    jsonschema.validate(body, request_schema)  # what the gateway accepts, the document accepts
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"model": 5}, request_schema)  # and what it refuses, it refuses
