@@ -7,9 +7,9 @@ asserted as RSS growth of the serving process, read from /proc."""
 from __future__ import annotations
 
 import socket
-import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import orjson
@@ -52,6 +52,12 @@ def raw_request(gateway: ServeProcess, head: bytes, body: Iterator[bytes] | None
         except ConnectionResetError:
             pass
     return answer
+
+
+def at_once(send: Callable[[], int], times: int) -> list[int]:
+    """``send()`` from ``times`` threads at once; the statuses they got."""
+    with ThreadPoolExecutor(times) as pool:
+        return list(pool.map(lambda _: send(), range(times), timeout=90))
 
 
 def status_and_body(answer: bytes) -> tuple[int, dict]:
@@ -106,19 +112,14 @@ def test_four_concurrent_50_mib_bodies_do_not_grow_the_gateway(serve: Serve, llm
     gateway.client(key).chat.completions.create(model="gpt-4o", messages=USER)  # warm
     before = gateway.rss_mib()
     body = chat_body(50 * MiB)
-    answers: list[int] = []
 
-    def post() -> None:
+    def post() -> int:
         headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
-        answer = httpx.post(f"{gateway.url}/v1/chat/completions", content=body, headers=headers, timeout=60)
-        answers.append(answer.status_code)
+        return httpx.post(
+            f"{gateway.url}/v1/chat/completions", content=body, headers=headers, timeout=60
+        ).status_code
 
-    threads = [threading.Thread(target=post) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-
+    answers = at_once(post, 4)
     growth = gateway.rss_mib() - before
     assert answers == [413] * 4
     assert growth < 40, f"four refused 50 MiB bodies grew the gateway by {growth:.0f} MiB"
@@ -137,19 +138,13 @@ def test_three_128_mib_headers_do_not_grow_the_gateway(serve: Serve) -> None:
     gateway, _ = serve()
     httpx.get(f"{gateway.url}/healthz")
     before = gateway.rss_mib()
-    statuses: list[int] = []
 
-    def huge_header() -> None:
+    def huge_header() -> int:
         filler = (b"a" * MiB for _ in range(128))  # sent as the value of one header, never ended
         answer = raw_request(gateway, b"GET /healthz HTTP/1.1\r\nhost: gw\r\nx-pad: ", filler)
-        statuses.append(status_and_body(answer)[0])
+        return status_and_body(answer)[0]
 
-    threads = [threading.Thread(target=huge_header) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-
+    statuses = at_once(huge_header, 3)
     growth = gateway.rss_mib() - before
     assert statuses == [431] * 3
     assert growth < 30, f"three 128 MiB headers grew the gateway by {growth:.0f} MiB"
