@@ -133,18 +133,26 @@ def check_nesting(raw: bytes | str, data: Any) -> None:
 
 def _too_deep(data: Any) -> str | None:
     """The field path of the first value nested past MAX_JSON_DEPTH, or None."""
-    stack: list[tuple[Any, str, int]] = [(data, "", 1)]
-    while stack:
-        value, path, depth = stack.pop()
-        if isinstance(value, dict):
-            children = [(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()]
-        elif isinstance(value, list):
-            children = [(v, f"{path}[{i}]") for i, v in enumerate(value)]
-        else:
-            continue
-        if depth > MAX_JSON_DEPTH:
-            return path
-        stack.extend((child, child_path, depth + 1) for child, child_path in children)
+    keys = _deep_keys(data, 1)
+    if keys is None:
+        return None
+    return "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in keys).lstrip(".")
+
+
+def _deep_keys(value: Any, depth: int) -> list[int | str] | None:
+    # Depth-first, building the path only on the way back from a value too deep: what it holds is
+    # bounded by the nesting limit, however wide the body (a path per child would not be).
+    if isinstance(value, dict):
+        children: Any = value.items()
+    elif isinstance(value, list):
+        children = enumerate(value)
+    else:
+        return None
+    if depth > MAX_JSON_DEPTH:
+        return []
+    for key, child in children:
+        if isinstance(child, dict | list) and (rest := _deep_keys(child, depth + 1)) is not None:
+            return [key, *rest]
     return None
 
 
