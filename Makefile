@@ -14,8 +14,12 @@ $(BIN)/hatchway: pyproject.toml
 
 venv: $(BIN)/hatchway
 
+# Two workers: most tests wait on processes they start (servers, the CLI), so two cores fit two.
+# Each worker has its own PostgreSQL database and Redis prefixes; PYTEST_WORKERS=0 runs in-process.
+PYTEST_WORKERS ?= 2
+
 test: venv
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 run: venv
 	$(BIN)/hatchway serve --config $(CONFIG) --host 127.0.0.1 --port 8080

@@ -13,6 +13,7 @@ import pytest
 from fastapi.routing import APIRoute
 
 from tests.support.gateway import RunningGateway
+from tests.support.scripted_llm import Reply, ScriptedLLM
 
 BODIES = {
     ("post", "/v1/chat/completions"),
@@ -90,3 +91,64 @@ def test_real_answers_match_the_document(gateway: RunningGateway, document: dict
     jsonschema.validate(body, request_schema)  # what the gateway accepts, the document accepts
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"model": 5}, request_schema)  # and what it refuses, it refuses
+
+
+def success_schema(document: dict[str, Any], method: str, path: str, status: str = "200") -> dict[str, Any]:
+    content = document["paths"][path][method]["responses"][status]["content"]
+    return resolved(document, content["application/json"]["schema"])
+
+
+def test_successful_answers_match_the_documented_objects(
+    gateway: RunningGateway, llm: ScriptedLLM, document: dict[str, Any]
+) -> None:
+    """Each route's success, checked against the document: the OpenAI-compatible ones against the
+    official SDK's own models of those objects (what an OpenAI client parses)."""
+    llm.handler = lambda _: Reply(text="ok")
+    auth = {"authorization": f"Bearer {gateway.key}"}
+    url = gateway.url
+
+    def check(method: str, path: str, answer: httpx.Response, status: int = 200) -> dict[str, Any]:
+        assert answer.status_code == status, answer.text
+        schema = success_schema(document, method, path, str(status))
+        jsonschema.Draft202012Validator(schema).validate(answer.json())
+        return answer.json()
+
+    chat = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+    check("post", "/v1/chat/completions", httpx.post(f"{url}/v1/chat/completions", json=chat, headers=auth))
+    created = check(
+        "post", "/v1/responses", httpx.post(f"{url}/v1/responses", json={"model": "gpt-4o", "input": "hi"}, headers=auth)
+    )
+    assert created["object"] == "response" and created["output"]
+    one = "/v1/responses/{response_id}"
+    check("get", one, httpx.get(f"{url}/v1/responses/{created['id']}", headers=auth))
+    items = httpx.get(f"{url}/v1/responses/{created['id']}/input_items", headers=auth)
+    assert check("get", one + "/input_items", items)["data"]
+    compacted = httpx.post(
+        f"{url}/v1/responses/compact", json={"model": "gpt-4o", "previous_response_id": created["id"]}, headers=auth
+    )
+    check("post", "/v1/responses/compact", compacted)
+    check("get", "/v1/responses", httpx.get(f"{url}/v1/responses", headers=auth))
+    check("delete", one, httpx.delete(f"{url}/v1/responses/{created['id']}", headers=auth))
+    assert check("get", "/v1/models", httpx.get(f"{url}/v1/models", headers=auth))["data"]
+    logs = check("get", "/v1/logs", httpx.get(f"{url}/v1/logs", headers=auth))
+    check("get", "/v1/logs/{log_id}", httpx.get(f"{url}/v1/logs/{logs['data'][0]['id']}", headers=auth))
+    check("get", "/v1/operations", httpx.get(f"{url}/v1/operations", headers=auth))
+    secret = "/v1/secrets/{name}"
+    check("put", secret, httpx.put(f"{url}/v1/secrets/s1", json={"value": "v"}, headers=auth), 201)
+    check("put", secret, httpx.put(f"{url}/v1/secrets/s1", json={"value": "w"}, headers=auth))
+    check("get", "/v1/secrets", httpx.get(f"{url}/v1/secrets", headers=auth))
+    check("delete", secret, httpx.delete(f"{url}/v1/secrets/s1", headers=auth))
+
+
+def test_a_405_names_the_methods_of_the_resource(gateway: RunningGateway) -> None:
+    """Starlette names only the first route's methods; FastAPI declares one route per method."""
+    allow = {
+        path: httpx.request("PATCH", f"{gateway.url}{path}").headers.get("allow")
+        for path in ("/v1/responses", "/v1/responses/resp_1", "/v1/responses/compact", "/v1/secrets/a")
+    }
+    assert allow == {
+        "/v1/responses": "GET, POST",
+        "/v1/responses/resp_1": "DELETE, GET",
+        "/v1/responses/compact": "POST",
+        "/v1/secrets/a": "DELETE, PUT",
+    }

@@ -9,6 +9,7 @@ itself (validation, routing) are this same function (``install_error_handlers``)
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import orjson
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hatchway.config.loading import format_loc, validation_problems
@@ -98,11 +100,38 @@ class ErrorMiddleware:
 def install_error_handlers(app: FastAPI) -> None:
     """Errors FastAPI's router catches itself go through ``error_response`` too."""
 
-    async def handle(_: Request, exc: Exception) -> Response:
+    async def handle(request: Request, exc: Exception) -> Response:
+        if isinstance(exc, StarletteHTTPException) and exc.status_code == 405:
+            exc = StarletteHTTPException(405, exc.detail, headers={"allow": _allowed(app, request)})
         return error_response(exc)
 
     app.add_exception_handler(RequestValidationError, handle)
     app.add_exception_handler(StarletteHTTPException, handle)
+
+
+def _allowed(app: FastAPI, request: Request) -> str:
+    """The methods of this path: Starlette's 405 names only the first route's, and FastAPI declares
+    one route per method. Of the templates that match, the most literal one is the resource
+    (``/v1/responses/compact``, not ``/v1/responses/{response_id}``)."""
+    by_template: dict[str, set[str]] = {}
+    for route in _leaf_routes(app.router.routes):
+        match, _ = route.matches(request.scope)
+        if match is not Match.NONE:
+            template = getattr(route, "path_format", "")
+            by_template.setdefault(template, set()).update(getattr(route, "methods", None) or ())
+    if not by_template:
+        return ""
+    resource = min(by_template, key=lambda template: template.count("{"))
+    return ", ".join(sorted(by_template[resource]))
+
+
+def _leaf_routes(routes: list[BaseRoute]) -> Iterator[BaseRoute]:
+    for route in routes:
+        inner = getattr(route, "original_router", None)  # FastAPI 0.16x wraps each included router
+        if inner is not None:
+            yield from _leaf_routes(inner.routes)  # the routers are included without a prefix
+        else:
+            yield route
 
 
 MAX_JSON_DEPTH = 128

@@ -55,17 +55,21 @@ def log_query(
     )
 
 
+_INSTANT: dict[str, Any] = {"anyOf": [{"type": "string", "format": "date-time"}, {"type": "number"}]}
+"""``since``/``until``: an ISO 8601 instant or Unix seconds (what pydantic parses a datetime from)."""
+
+
 @router.get("/v1/logs")
 async def list_logs(
     request: Request,
     principal: Annotated[Principal, Depends(authenticate)],
     has_tool_calls: bool | None = None,
     model: Annotated[str | None, Query(max_length=256)] = None,
-    status: str | None = None,
+    status: Annotated[str | None, Query(json_schema_extra={"enum": list(LOG_STATUSES)})] = None,
     on_behalf_of: Annotated[str | None, Query(max_length=256)] = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    after: Annotated[str | None, Query(max_length=40)] = None,
+    since: Annotated[datetime | None, Query(json_schema_extra=_INSTANT)] = None,
+    until: Annotated[datetime | None, Query(json_schema_extra=_INSTANT)] = None,
+    after: Annotated[str | None, Query(max_length=40, json_schema_extra={"pattern": "^log_"})] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> dict[str, Any]:
     """Newest first; pass ``last_id`` back as ``after`` for the next page."""

@@ -72,6 +72,76 @@ CONFIRM_BODY: dict[str, Any] = {
 """``POST /v1/operations/{id}/confirm``'s optional body (``api/operations.py`` ``_confirm_body``)."""
 
 
+LIST_SCHEMA: dict[str, Any] = {
+    "title": "List",
+    "type": "object",
+    "required": ["object", "data"],
+    "properties": {
+        "object": {"const": "list"},
+        "data": {"type": "array", "items": {"type": "object"}},
+        "has_more": {"type": "boolean"},
+        "last_id": {"type": ["string", "null"]},
+    },
+}
+"""The page every listing of the gateway's own objects answers (logs, operations, secrets, servers)."""
+
+DELETED_SCHEMA: dict[str, Any] = {
+    "title": "ResponseDeleted",
+    "type": "object",
+    "required": ["id", "object", "deleted"],
+    "properties": {
+        "id": {"type": "string"},
+        "object": {"const": "response.deleted"},
+        "deleted": {"const": True},
+    },
+}
+
+OBJECT_SCHEMA: dict[str, Any] = {"title": "Object", "type": "object"}
+"""One of the gateway's own objects (a log, an operation, a secret's metadata)."""
+
+SSE = {"text/event-stream": {"schema": {"type": "string"}}}
+
+
+def _success_schemas() -> dict[tuple[str, str], tuple[str, type[BaseModel] | dict[str, Any], bool]]:
+    """What each route answers on success: (status, schema, whether it may stream instead).
+
+    The OpenAI-compatible routes are described by the official SDK's own models of those objects
+    (imported here, when the document is first built, not at start-up), so the fuzz job checks the
+    gateway's answers against what an OpenAI client expects to parse.
+    """
+    from openai.types import Model
+    from openai.types.chat import ChatCompletion
+    from openai.types.responses import CompactedResponse, Response, ResponseItemList
+
+    models = {**LIST_SCHEMA, "title": "ModelList"}
+    models["properties"] = {
+        **LIST_SCHEMA["properties"],
+        "data": {"type": "array", "items": {"$ref": f"#/components/schemas/{Model.__name__}"}},
+    }
+    listing: dict[str, Any] = LIST_SCHEMA
+    return {
+        ("post", "/v1/chat/completions"): ("200", ChatCompletion, True),
+        ("post", "/v1/responses"): ("200", Response, True),
+        ("get", "/v1/responses/{response_id}"): ("200", Response, True),
+        ("post", "/v1/responses/{response_id}/cancel"): ("200", Response, False),
+        ("delete", "/v1/responses/{response_id}"): ("200", DELETED_SCHEMA, False),
+        ("get", "/v1/responses/{response_id}/input_items"): ("200", ResponseItemList, False),
+        ("post", "/v1/responses/compact"): ("200", CompactedResponse, False),
+        ("get", "/v1/responses"): ("200", listing, False),
+        ("get", "/v1/models"): ("200", models, False),
+        ("get", "/v1/logs"): ("200", listing, False),
+        ("get", "/v1/logs/{log_id}"): ("200", OBJECT_SCHEMA, False),
+        ("get", "/v1/operations"): ("200", listing, False),
+        ("get", "/v1/operations/{operation_id}"): ("200", OBJECT_SCHEMA, False),
+        ("post", "/v1/operations/{operation_id}/confirm"): ("200", OBJECT_SCHEMA, False),
+        ("post", "/v1/operations/{operation_id}/cancel"): ("200", OBJECT_SCHEMA, False),
+        ("get", "/v1/secrets"): ("200", listing, False),
+        ("put", "/v1/secrets/{name}"): ("200", OBJECT_SCHEMA, False),
+        ("delete", "/v1/secrets/{name}"): ("200", OBJECT_SCHEMA, False),
+        ("get", "/v1/mcp/servers"): ("200", listing, False),
+    }
+
+
 def install_openapi(app: FastAPI) -> None:
     """Serve the completed document at ``app.openapi_url``."""
 
@@ -96,12 +166,55 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
         "content": _json({"$ref": "#/components/schemas/ConfirmBody"}),
     }
     schema["paths"][ChatCompletionsApp.path] = {"post": _chat_operation(components)}
+    for (method, path), (status, success, streams) in _success_schemas().items():
+        _document_success(components, schema["paths"][path][method], status, success, streams)
+    _compacted_output_holds_user_messages(components)
+    secret = schema["paths"]["/v1/secrets/{name}"]
+    secret["put"]["responses"]["201"] = {**secret["put"]["responses"]["200"], "description": "Created"}
     for path, operations in schema["paths"].items():
         for operation in operations.values():
             _document_errors(path, operation)
     components.pop("HTTPValidationError", None)
     components.pop("ValidationError", None)
     return schema
+
+
+def _document_success(
+    components: dict[str, Any],
+    operation: dict[str, Any],
+    status: str,
+    success: type[BaseModel] | dict[str, Any],
+    streams: bool,
+) -> None:
+    if isinstance(success, dict):
+        name = success["title"]
+        components[name] = success
+    else:
+        name = success.__name__
+        model_schema = success.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(model_schema.pop("$defs", {}))
+        components[name] = model_schema
+    if name == "ModelList":
+        from openai.types import Model
+
+        components[Model.__name__] = Model.model_json_schema()
+    content = _json({"$ref": f"#/components/schemas/{name}"})
+    if streams:
+        content.update(SSE)
+    responses = operation.setdefault("responses", {})
+    responses[status] = {"description": responses.get(status, {}).get("description", "OK"), "content": content}
+
+
+def _compacted_output_holds_user_messages(components: dict[str, Any]) -> None:
+    """A compaction's output is the user's messages, then the compaction item (OpenAI's own
+    description of ``/v1/responses/compact``); the SDK's model lists output items only."""
+    from openai.types.responses import ResponseInputMessageItem
+
+    message = ResponseInputMessageItem.model_json_schema(ref_template="#/components/schemas/{model}")
+    components.update(message.pop("$defs", {}))
+    components[ResponseInputMessageItem.__name__] = message
+    output = components["CompactedResponse"]["properties"]["output"]
+    output["items"] = {"anyOf": [output["items"], {"$ref": f"#/components/schemas/{ResponseInputMessageItem.__name__}"}]}
 
 
 def _document_errors(path: str, operation: dict[str, Any]) -> None:
@@ -118,13 +231,7 @@ def _chat_operation(components: dict[str, Any]) -> dict[str, Any]:
         "operationId": "create_chat_completion",
         "requestBody": _body(components, ChatRequest, True),
         "responses": {
-            "200": {
-                "description": "A `chat.completion`, or with `stream: true` an event stream of chunks.",
-                "content": {
-                    "application/json": {"schema": {"type": "object"}},
-                    "text/event-stream": {"schema": {"type": "string"}},
-                },
-            }
+            "200": {"description": "A `chat.completion`, or with `stream: true` an event stream of chunks."}
         },
     }
 

@@ -43,7 +43,7 @@ def _status(value: str | None) -> OperationStatus | None:
 async def list_operations(
     request: Request,
     principal: Annotated[Principal, Depends(authenticate)],
-    status: str | None = None,
+    status: Annotated[str | None, Query(json_schema_extra={"enum": [s.value for s in OperationStatus]})] = None,
     agent: str | None = None,
     session: str | None = None,
     after: str | None = None,

@@ -24,7 +24,7 @@ async def list_responses(
     request: Request,
     principal: Annotated[Principal, Depends(authenticate)],
     parent_response_id: Annotated[str | None, Query(max_length=64)] = None,
-    after: Annotated[str | None, Query(max_length=64)] = None,
+    after: Annotated[str | None, Query(max_length=64, json_schema_extra={"pattern": "^resp_"})] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
 ) -> dict[str, Any]:
     store = gateway_of(request).responses.store

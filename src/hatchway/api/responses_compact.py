@@ -18,7 +18,7 @@ from hatchway.api.errors import parse_json_body, validate_body
 from hatchway.engine.context import Principal
 from hatchway.responses.chain import stored_conversation
 from hatchway.responses.compaction import compact, open_compactions
-from hatchway.responses.wire import parse_input
+from hatchway.responses.wire import document_extras, parse_input
 
 router = APIRouter()
 _ACCEPTED_AND_IGNORED = {
@@ -30,8 +30,19 @@ _ACCEPTED_AND_IGNORED = {
 }
 
 
+_INPUT_OR_PREVIOUS = {  # what _consistent checks, in the served OpenAPI document
+    "anyOf": [
+        {"required": ["input"], "properties": {"input": {"minLength": 1, "minItems": 1}}},
+        {"required": ["previous_response_id"], "properties": {"previous_response_id": {"type": "string"}}},
+    ]
+}
+
+
 class CompactRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra=lambda s: document_extras(s, _INPUT_OR_PREVIOUS, _ACCEPTED_AND_IGNORED),
+    )
 
     model: Annotated[str, Field(min_length=1)]
     input: str | Annotated[list[Any], Field(max_length=2048)] = ""

@@ -5,25 +5,27 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator
+from fastapi import APIRouter, Depends, Path, Request
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, WithJsonSchema, field_validator
 from starlette.responses import Response
 
 from hatchway.api.auth import authenticate, gateway_of
 from hatchway.api.errors import parse_json_body, validate_body
 from hatchway.engine.context import Principal
-from hatchway.vault.names import MAX_ALLOWED_HOSTS, check_name
+from hatchway.vault.names import ENTRY_SCHEMA, MAX_ALLOWED_HOSTS, NAME_PATTERN, check_name
 from hatchway.vault.store import MAX_VALUE_BYTES
 
 router = APIRouter()
+SecretName = Annotated[str, Path(json_schema_extra={"pattern": NAME_PATTERN})]
+"""Checked by ``check_name`` (its message names the offending characters); documented here."""
 
 
 class SecretBody(BaseModel):
     """The body of ``PUT /v1/secrets/{name}``."""
 
     model_config = ConfigDict(extra="forbid")
-    value: Any
-    allowed_hosts: Annotated[list[StrictStr], Field(max_length=MAX_ALLOWED_HOSTS)] | None = None
+    value: Annotated[Any, WithJsonSchema({"type": "string", "minLength": 1, "maxLength": MAX_VALUE_BYTES})]
+    allowed_hosts: Annotated[list[Annotated[StrictStr, WithJsonSchema(ENTRY_SCHEMA)]], Field(max_length=MAX_ALLOWED_HOSTS)] | None = None
 
     @field_validator("value")
     @classmethod
@@ -42,7 +44,7 @@ def _json(payload: Any, status: int = 200) -> Response:
 
 @router.put("/v1/secrets/{name}")
 async def put_secret(
-    request: Request, name: str, principal: Annotated[Principal, Depends(authenticate)]
+    request: Request, name: SecretName, principal: Annotated[Principal, Depends(authenticate)]
 ) -> Response:
     """Create or replace a secret; 201 when created, 200 when replaced. The value is not echoed."""
     check_name(name)
@@ -62,7 +64,7 @@ async def list_secrets(request: Request, principal: Annotated[Principal, Depends
 
 @router.delete("/v1/secrets/{name}")
 async def delete_secret(
-    request: Request, name: str, principal: Annotated[Principal, Depends(authenticate)]
+    request: Request, name: SecretName, principal: Annotated[Principal, Depends(authenticate)]
 ) -> Response:
     check_name(name)
     await gateway_of(request).vault.delete(principal.org_id, name)

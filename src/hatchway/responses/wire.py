@@ -26,6 +26,33 @@ _ACCEPTED_AND_IGNORED = {
 _MAX_ITEMS = 2048
 
 
+def document_extras(schema: dict[str, Any], rules: dict[str, Any], accepted: set[str]) -> None:
+    """The served schema of a request model that reads ``extra="allow"`` only to refuse unknown
+    fields by name: the accepted-and-ignored fields listed, everything else documented as refused,
+    and the cross-field ``rules`` of its validator."""
+    schema.setdefault("properties", {}).update({name: {} for name in sorted(accepted)})
+    schema["additionalProperties"] = False
+    schema.update(rules)
+
+_UNSTORED = {"required": ["store"], "properties": {"store": {"const": False}}}
+INPUT_OR_PREVIOUS: dict[str, Any] = {
+    "anyOf": [
+        {"required": ["input"], "properties": {"input": {"anyOf": [{"minLength": 1}, {"type": "array"}]}}},
+        {"required": ["previous_response_id"], "properties": {"previous_response_id": {"type": "string"}}},
+    ],
+    "not": {
+        "anyOf": [
+            {**_UNSTORED, "required": ["store", "previous_response_id"], "properties": {
+                **_UNSTORED["properties"], "previous_response_id": {"type": "string"}}},
+            {**_UNSTORED, "required": ["store", "background"], "properties": {
+                **_UNSTORED["properties"], "background": {"const": True}}},
+        ]
+    },
+}
+"""What ``_consistent`` checks of ``input``, ``store`` and ``background``, in the served OpenAPI
+document."""
+
+
 class FunctionToolParam(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: Literal["function"]
@@ -65,7 +92,9 @@ class TextConfig(BaseModel):
 class CreateResponseRequest(BaseModel):
     """The parameters Hatchway understands; unknown ones are refused with their name."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = ConfigDict(
+        extra="allow", populate_by_name=True, json_schema_extra=lambda s: document_extras(s, INPUT_OR_PREVIOUS, _ACCEPTED_AND_IGNORED)
+    )
 
     model: Annotated[str, Field(min_length=1)]
     input: str | Annotated[list[Any], Field(max_length=_MAX_ITEMS)] = ""

@@ -19,7 +19,8 @@ from hatchway.errors import InvalidRequest
 REF_PREFIX = "secret."
 MAX_NAME = 64
 MAX_ALLOWED_HOSTS = 32
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+_NAME = re.compile(NAME_PATTERN)
 _LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
 
 
@@ -60,6 +61,11 @@ def parse_ref(ref: str, *, param: str = "secret_ref") -> str:
 Origin = tuple[str, str, int]
 """``(scheme, host, port)``: where a request goes, and what an ``allowed_hosts`` entry allows."""
 DEFAULT_PORTS = {"https": 443, "http": 80}
+_PORT = r"(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?"
+_HOST = r"([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.){0,2}[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
+ENTRY_SCHEMA = {"type": "string", "pattern": f"^(https?://)?{_HOST}{_PORT}$"}
+"""An ``allowed_hosts`` entry as the served OpenAPI document describes it: the common forms (a DNS
+name or IPv4 address, a port, a scheme); ``normalise_entry`` also takes IPv6 literals."""
 _ENTRY_FORMS = "a host (mcp.example.com: https on 443), host:port, or an origin such as http://10.0.0.5:8080"
 
 
