@@ -201,7 +201,9 @@ def soak(clients: int, minutes: float, database_url: str) -> None:
                 "master_key_file": str(tmp / "master.key"),
                 "providers": [{"id": "up", "base_url": f"http://127.0.0.1:{up_port}/v1"}],
                 "models": [{"name": "soak-agent", "provider": "up", "upstream_model": "soak-model"}],
-                "routing_rules": [{"name": "soak", "match": {"model": "soak-agent"}, "plugin": "plugin.yaml"}],
+                "routing_rules": [
+                    {"name": "soak", "match": {"model": "soak-agent"}, "plugin": "plugin.yaml"}
+                ],
             }
             (tmp / "hatchway.yaml").write_text(yaml.safe_dump(config))
             key = asyncio.run(bench_key(db_url))
@@ -262,7 +264,8 @@ def main() -> None:
         return serve_upstream(int(sys.argv[2]), 0.020)
     if sys.argv[1:2] == ["mcp"]:
         return serve_mcp(int(sys.argv[2]), 0.020, Path(sys.argv[3]))
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
     parser.add_argument("--clients", type=int, default=48)
     parser.add_argument("--minutes", type=float, default=5.0)
     parser.add_argument("--database-url", default=os.environ.get("HATCHWAY_TEST_DATABASE_URL", ""))

@@ -115,17 +115,15 @@ def test_successful_answers_match_the_documented_objects(
 
     chat = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
     check("post", "/v1/chat/completions", httpx.post(f"{url}/v1/chat/completions", json=chat, headers=auth))
-    created = check(
-        "post", "/v1/responses", httpx.post(f"{url}/v1/responses", json={"model": "gpt-4o", "input": "hi"}, headers=auth)
-    )
+    create = httpx.post(f"{url}/v1/responses", json={"model": "gpt-4o", "input": "hi"}, headers=auth)
+    created = check("post", "/v1/responses", create)
     assert created["object"] == "response" and created["output"]
     one = "/v1/responses/{response_id}"
     check("get", one, httpx.get(f"{url}/v1/responses/{created['id']}", headers=auth))
     items = httpx.get(f"{url}/v1/responses/{created['id']}/input_items", headers=auth)
     assert check("get", one + "/input_items", items)["data"]
-    compacted = httpx.post(
-        f"{url}/v1/responses/compact", json={"model": "gpt-4o", "previous_response_id": created["id"]}, headers=auth
-    )
+    compact = {"model": "gpt-4o", "previous_response_id": created["id"]}
+    compacted = httpx.post(f"{url}/v1/responses/compact", json=compact, headers=auth)
     check("post", "/v1/responses/compact", compacted)
     check("get", "/v1/responses", httpx.get(f"{url}/v1/responses", headers=auth))
     check("delete", one, httpx.delete(f"{url}/v1/responses/{created['id']}", headers=auth))

@@ -202,7 +202,8 @@ def _document_success(
     if streams:
         content.update(SSE)
     responses = operation.setdefault("responses", {})
-    responses[status] = {"description": responses.get(status, {}).get("description", "OK"), "content": content}
+    description = responses.get(status, {}).get("description", "OK")
+    responses[status] = {"description": description, "content": content}
 
 
 def _compacted_output_holds_user_messages(components: dict[str, Any]) -> None:
@@ -214,7 +215,8 @@ def _compacted_output_holds_user_messages(components: dict[str, Any]) -> None:
     components.update(message.pop("$defs", {}))
     components[ResponseInputMessageItem.__name__] = message
     output = components["CompactedResponse"]["properties"]["output"]
-    output["items"] = {"anyOf": [output["items"], {"$ref": f"#/components/schemas/{ResponseInputMessageItem.__name__}"}]}
+    user_message = {"$ref": f"#/components/schemas/{ResponseInputMessageItem.__name__}"}
+    output["items"] = {"anyOf": [output["items"], user_message]}
 
 
 def _document_errors(path: str, operation: dict[str, Any]) -> None:

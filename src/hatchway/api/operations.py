@@ -28,6 +28,7 @@ from hatchway.errors import InvalidRequest
 
 router = APIRouter()
 _STATUSES = ", ".join(s.value for s in OperationStatus)
+_STATUS_ENUM: dict[str, Any] = {"enum": [s.value for s in OperationStatus]}
 
 
 def _status(value: str | None) -> OperationStatus | None:
@@ -43,7 +44,7 @@ def _status(value: str | None) -> OperationStatus | None:
 async def list_operations(
     request: Request,
     principal: Annotated[Principal, Depends(authenticate)],
-    status: Annotated[str | None, Query(json_schema_extra={"enum": [s.value for s in OperationStatus]})] = None,
+    status: Annotated[str | None, Query(json_schema_extra=_STATUS_ENUM)] = None,
     agent: str | None = None,
     session: str | None = None,
     after: str | None = None,

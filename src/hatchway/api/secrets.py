@@ -20,12 +20,15 @@ SecretName = Annotated[str, Path(json_schema_extra={"pattern": NAME_PATTERN})]
 """Checked by ``check_name`` (its message names the offending characters); documented here."""
 
 
+HostEntry = Annotated[StrictStr, WithJsonSchema(ENTRY_SCHEMA)]
+
+
 class SecretBody(BaseModel):
     """The body of ``PUT /v1/secrets/{name}``."""
 
     model_config = ConfigDict(extra="forbid")
     value: Annotated[Any, WithJsonSchema({"type": "string", "minLength": 1, "maxLength": MAX_VALUE_BYTES})]
-    allowed_hosts: Annotated[list[Annotated[StrictStr, WithJsonSchema(ENTRY_SCHEMA)]], Field(max_length=MAX_ALLOWED_HOSTS)] | None = None
+    allowed_hosts: Annotated[list[HostEntry], Field(max_length=MAX_ALLOWED_HOSTS)] | None = None
 
     @field_validator("value")
     @classmethod

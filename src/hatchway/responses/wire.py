@@ -34,6 +34,7 @@ def document_extras(schema: dict[str, Any], rules: dict[str, Any], accepted: set
     schema["additionalProperties"] = False
     schema.update(rules)
 
+
 _UNSTORED = {"required": ["store"], "properties": {"store": {"const": False}}}
 INPUT_OR_PREVIOUS: dict[str, Any] = {
     "anyOf": [
@@ -42,10 +43,16 @@ INPUT_OR_PREVIOUS: dict[str, Any] = {
     ],
     "not": {
         "anyOf": [
-            {**_UNSTORED, "required": ["store", "previous_response_id"], "properties": {
-                **_UNSTORED["properties"], "previous_response_id": {"type": "string"}}},
-            {**_UNSTORED, "required": ["store", "background"], "properties": {
-                **_UNSTORED["properties"], "background": {"const": True}}},
+            {
+                **_UNSTORED,
+                "required": ["store", "previous_response_id"],
+                "properties": {**_UNSTORED["properties"], "previous_response_id": {"type": "string"}},
+            },
+            {
+                **_UNSTORED,
+                "required": ["store", "background"],
+                "properties": {**_UNSTORED["properties"], "background": {"const": True}},
+            },
         ]
     },
 }
@@ -93,7 +100,9 @@ class CreateResponseRequest(BaseModel):
     """The parameters Hatchway understands; unknown ones are refused with their name."""
 
     model_config = ConfigDict(
-        extra="allow", populate_by_name=True, json_schema_extra=lambda s: document_extras(s, INPUT_OR_PREVIOUS, _ACCEPTED_AND_IGNORED)
+        extra="allow",
+        populate_by_name=True,
+        json_schema_extra=lambda s: document_extras(s, INPUT_OR_PREVIOUS, _ACCEPTED_AND_IGNORED),
     )
 
     model: Annotated[str, Field(min_length=1)]
