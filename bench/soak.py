@@ -125,6 +125,7 @@ class Tally:
         self.answered: dict[str, str] = {}  # request id -> token
         self.latencies_ms: list[float] = []
         self.samples: list[tuple[float, float, int]] = []  # (t, rss MiB, fds)
+        self.failures: list[str] = []
 
 
 async def _client(client: httpx.AsyncClient, url: str, key: str, n: int, until: float, tally: Tally) -> None:
@@ -148,6 +149,8 @@ async def _client(client: httpx.AsyncClient, url: str, key: str, n: int, until: 
                 tally.latencies_ms.append((time.perf_counter() - started) * 1000)
         except httpx.HTTPError as exc:
             tally.statuses[type(exc).__name__] += 1
+            elapsed = time.perf_counter() - started
+            tally.failures.append(f"{type(exc).__name__} stream={stream} after {elapsed:.2f} s: {exc!r}")
         i += 1
 
 
@@ -223,6 +226,8 @@ def soak(clients: int, minutes: float, database_url: str) -> None:
             errors = (tmp / "gw.log").read_text(errors="replace")
             tracebacks = errors.count("Traceback")
             print(f"gateway log: {len(errors.splitlines())} lines, {tracebacks} tracebacks")
+            for line in [*errors.splitlines()[:10], *tally.failures[:10]]:
+                print("  " + line[:300])
     finally:
         for proc in procs:
             if proc.poll() is None:

@@ -1,5 +1,5 @@
 """``proxy``: the session's PostgreSQL behind an ``OutageProxy`` (``proxy.url(pg_database_url)``), for
-database outages on demand."""
+database outages on demand; ``serve``: ``hatchway serve`` on loopback (``tests/security``'s)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.security.conftest import serve
 from tests.support.backends import PG_URL
 from tests.support.outage_proxy import OutageProxy
+
+__all__ = ["proxy", "serve"]
 
 
 @pytest.fixture

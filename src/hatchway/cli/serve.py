@@ -66,6 +66,7 @@ def serve(
         loop="uvloop",
         http=HatchwayHttpProtocol.with_limits(HttpLimits.of(settings)),
         ws_max_size=settings.max_request_body_bytes,
+        timeout_keep_alive=settings.keep_alive_timeout_seconds,
     )
 
 

@@ -241,6 +241,11 @@ class Settings(StrictModel):
     request_header_timeout_seconds: Annotated[float, Field(gt=0)] = 10.0
     """A connection whose request line and headers have not all arrived this long after it opened (or
     after its previous request) is closed: slow-header (slowloris) connections do not pile up."""
+    keep_alive_timeout_seconds: Annotated[int, Field(ge=1, le=3600)] = 20
+    """An idle kept-alive connection is closed after this long. Longer than the idle expiry of the
+    common clients (httpx, and so the OpenAI Python SDK: 5 s; Node's undici: 4 s; aiohttp: 15 s): a
+    server that closes first races the client reusing the connection, and the request sent into the
+    closing socket fails with a connection error that no client retries for a POST."""
     loop_deadline_seconds: Annotated[float, Field(gt=0)] = 120.0
     """Hard deadline of one agent loop; past it the run ends with ``finish_reason: "timeout"`` and what
     exists."""
