@@ -301,8 +301,8 @@ def test_an_inline_plugin_header_binds_its_servers(
             ["hatchway-mcp-plugin", "mcp_servers[0].colour"],
         ),
         (
-            inline({"mcp_servers": [{"id": "a", "url": "https://x", "forward_headers": ["cookie"]}]}),
-            ["mcp_servers[0].forward_headers[0]", "never forwarded"],
+            inline({"mcp_servers": [{"id": "a", "url": "https://x", "forward_headers": ["x bad"]}]}),
+            ["mcp_servers[0].forward_headers[0]", "not a valid header name"],
         ),
         (
             __import__("base64").b64encode(b"version: '1'\nmcp_servers: [{id: a\n").decode(),
@@ -388,6 +388,30 @@ def test_forwarded_headers_reach_only_their_server_and_credentials_never(
     [sent] = tenant.tool_call_headers("echo")
     assert sent["x-tenant-id"] == "acme" and "x-trace-id" not in sent
     assert all("x-tenant-id" not in r.headers for r in other.requests)
+
+
+def test_a_plugin_listing_credentials_in_forward_headers_works_and_they_are_dropped(
+    mcp_server_factory: Callable[..., McpTestServer], gateway_factory, llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    """A Floopy plugin lists ``authorization`` and ``cookie``: accepted, never forwarded, and said so in
+    the response header and the run record."""
+    tenant = mcp_server_factory("tenant")
+    forward = ["x-tenant-id", "Authorization", "cookie"]
+    plugin = {"mcp_servers": [{"id": "t", "url": tenant.url, "forward_headers": forward}]}
+    gateway = gateway_factory(**rule_for(tmp_path, plugin))
+    llm.handler = rounds(Reply(tool_calls=[("t__echo", {"text": "1"})]), summarise)
+    client = gateway.client(default_headers={"x-tenant-id": "acme", "cookie": "session=abc"})
+
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=USER)
+
+    assert raw.headers["x-hatchway-dropped-headers"] == "t: authorization, cookie"
+    [sent] = tenant.tool_call_headers("echo")
+    assert sent["x-tenant-id"] == "acme" and "cookie" not in sent
+    assert not sent.get("authorization", "").startswith("Bearer hw-")
+    record = log_of(gateway, raw.headers["x-hatchway-request-id"])
+    dropped = [s for s in record["steps"] if s.get("dropped_headers")]
+    step = {"type": "list_tools", "round": 1, "server": "t", "outcome": "ok"}
+    assert dropped == [{**step, "dropped_headers": ["authorization", "cookie"]}]
 
 
 @pytest.mark.parametrize(("ttl", "expected_calls"), [(60, 1), (0, 2)])

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
+from tests.support.agent_loop import rounds
 from tests.support.open_responses import check_event
 from tests.support.responses_api import WEATHER, raw_events
-from tests.support.scripted_llm import ScriptedLLM
+from tests.support.scripted_llm import Reply, ScriptedLLM
 
 
 def lifecycle_ids(events: list[dict]) -> set[str]:
@@ -84,20 +85,23 @@ def test_stream_of_a_client_function_call(gateway, llm: ScriptedLLM) -> None:
 
 
 def test_upstream_failure_mid_stream_is_error_then_failed(gateway, llm: ScriptedLLM) -> None:
-    llm.reply(status=500, error="upstream exploded")
+    # Output has begun (the first round's text) when the second model call fails: the status is sent.
+    llm.handler = rounds(
+        Reply(text="Looking.", tool_calls=[("not_a_tool", {})]), Reply(status=500, error="upstream exploded")
+    )
 
     events = raw_events(gateway, {"model": "gpt-4o", "input": "x", "stream": True})
 
-    assert [e["type"] for e in events] == [
-        "response.created",
-        "response.in_progress",
-        "error",
-        "response.failed",
-    ]
-    assert "upstream exploded" in events[2]["message"]
-    assert events[2]["error"]["message"] == events[2]["message"]  # nested too, for the Open Responses schema
-    for event in events:
-        check_event(event)
+    types = [e["type"] for e in events]
+    assert types[:3] == ["response.created", "response.in_progress", "response.output_item.added"]
+    assert types[-2:] == ["error", "response.failed"]
+    error = events[-2]
+    assert "upstream exploded" in error["message"]
+    assert error["error"]["message"] == error["message"]  # nested too, for the Open Responses schema
+    assert error["error"]["type"] == "upstream_error"
+    for event in events:  # the Open Responses schema has no mcp_call item (the unknown tool's call)
+        if "mcp_call" not in event["type"] and event.get("item", {}).get("type") != "mcp_call":
+            check_event(event)
     assert events[-1]["response"]["status"] == "failed"
     assert len(lifecycle_ids(events)) == 1
     stored = gateway.client().responses.retrieve(events[0]["response"]["id"])

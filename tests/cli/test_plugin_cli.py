@@ -26,7 +26,7 @@ mcp_servers:
   - id: billing
     url: "https://mcp.example.com/billing"
     auth: {type: oauth, token_url: "http://idp.local/token", client_id: c, secret_ref: secret.s}
-  - {id: billing, url: "https://x", forward_headers: [Authorization], colour: red}
+  - {id: billing, url: "https://x", forward_headers: ["x bad"], colour: red}
 """
 
 
@@ -48,10 +48,26 @@ def test_plugin_check_lists_every_problem_with_its_path(tmp_path: Path) -> None:
     assert result.returncode == 1
     err = result.stderr
     assert "mcp_servers[0].auth.token_url: must be https (got http://idp.local/token)" in err
-    assert "mcp_servers[1].forward_headers[0]:" in err and "never forwarded" in err
+    assert "mcp_servers[1].forward_headers[0]:" in err and "not a valid header name" in err
     assert "mcp_servers[1].colour: unknown key" in err
     assert "mcp_servers[1].id: duplicate server id 'billing'" in err
     assert "Traceback" not in err
+
+
+def test_a_floopy_plugin_forwarding_credentials_is_accepted_with_a_warning(tmp_path: Path) -> None:
+    """The seed: ``authorization`` and ``cookie`` are simply never forwarded. Such a plugin works
+    unchanged; the check says which entries are dropped."""
+    listed = "forward_headers: [x-tenant-id, Authorization, cookie]"
+    plugin = GOOD.replace("forward_headers: [x-tenant-id]", listed)
+    (tmp_path / "p.yaml").write_text(plugin)
+    result = run(["plugin", "check", "p.yaml"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("ok: p.yaml")
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert [w.split(" is dropped")[0] for w in warnings] == [
+        "warning: mcp_servers[0].forward_headers: 'authorization'",
+        "warning: mcp_servers[0].forward_headers: 'cookie'",
+    ]
 
 
 def test_plugin_check_of_a_missing_file(tmp_path: Path) -> None:

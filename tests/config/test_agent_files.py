@@ -173,7 +173,7 @@ def test_the_plugin_is_checked_by_the_plugin_models(tmp_path: Path) -> None:
     }
     unsafe = {
         "version": 1,
-        "mcp_servers": [{"id": "contas", "url": "http://h/mcp", "forward_headers": ["cookie"]}],
+        "mcp_servers": [{"id": "contas", "url": "http://h/mcp", "forward_headers": ["bad name"]}],
     }
     assert _paths(_write(tmp_path, plugin=unsafe)) == {"plugin.yaml": ["mcp_servers[0].forward_headers[0]"]}
     (tmp_path / "plugin.yaml").unlink()

@@ -232,11 +232,12 @@ def test_oauth_token_url_must_be_https_with_the_seed_message() -> None:
         "keep-alive",
     ],
 )
-def test_forbidden_forward_headers_are_rejected(header: str) -> None:
-    found = problems(
-        f'version: "1"\nmcp_servers:\n  - {{id: s, url: "http://x", forward_headers: [x-ok, {header}]}}\n'
+def test_never_forwarded_headers_are_accepted_and_dropped(header: str) -> None:
+    plugin = parse_plugin(
+        f'version: "1"\nmcp_servers:\n  - {{id: s, url: "http://x", forward_headers: [x-ok, {header}]}}\n',
+        "p.yaml",
     )
-    assert "never forwarded" in found["mcp_servers[0].forward_headers[1]"]
+    assert plugin.mcp_servers[0].dropped_headers == [header.lower()]
 
 
 def test_api_key_header_cannot_be_forwarded_too() -> None:

@@ -292,6 +292,9 @@ def _responses(s: Served, name: str, user: str, *, stream: bool = False) -> Endi
     body = {"model": "gpt-4o", "input": f"fault:{name}", "stream": stream}
     if stream:
         with s.http.stream("POST", s.url("/v1/responses"), json=body, headers=s.headers(user)) as r:
+            if r.status_code != 200:  # failed before any output: the HTTP error, as unstreamed
+                r.read()
+                return Ending(r.status_code, r.json().get("error"))
             events = checked_events(r)
         last = events[-1]
         assert last["type"] in ("response.completed", "response.failed"), (

@@ -1,4 +1,5 @@
-"""Node-based tools the protocol tests run: the MCP conformance suite and the reference MCP server.
+"""Node-based tools the protocol and client tests run: the MCP conformance suite, the reference MCP
+server and Codex CLI, pinned in ``.ci/node-tools.json``.
 
 ``.ci/run`` installs them from the npm registry into ``.ci/node`` (git-ignored), Node 22 included
 (the ``node`` npm package ships the binary). ``HATCHWAY_NODE_TOOLS`` points elsewhere. Tests
@@ -16,8 +17,8 @@ import pytest
 from tests.support.paths import ROOT
 
 INSTALL = (
-    "npm install --prefix .ci/node node@22 @modelcontextprotocol/conformance@0.1.16 "
-    "@modelcontextprotocol/server-everything@2026.8.31  (what .ci/run does)"
+    "mkdir -p .ci/node && cp .ci/node-tools.json .ci/node/package.json && npm install --prefix .ci/node"
+    "  (what .ci/run does; the versions are pinned in .ci/node-tools.json)"
 )
 
 

@@ -29,6 +29,7 @@ from hatchway.engine.loop import (
 from hatchway.engine.plan import PlanRequest, RunPlan
 from hatchway.engine.providers.chat_format import messages_to_items
 from hatchway.engine.run import RunScope
+from hatchway.engine.tools.mcp.forwarding import dropped_headers_header
 from hatchway.errors import ClientGone, HatchwayError
 from hatchway.gateway import Gateway
 from hatchway.ids import new_id
@@ -147,6 +148,7 @@ async def read_body(receive: Receive) -> bytes:
 
 def _run_headers(result: RunResult, run: RunScope) -> dict[str, str]:
     headers = {"x-hatchway-request-id": run.log_id, "x-hatchway-rounds": str(result.rounds)}
+    headers.update(dropped_headers_header(run.ctx.run.dropped_headers))
     if result.max_rounds_hit:
         headers["x-hatchway-max-rounds-hit"] = "true"
     operation_id = result.interruption.data.get("operation_id") if result.interruption else None
@@ -226,6 +228,7 @@ async def _streamed(
             yield DONE
 
     headers = {**SSE_HEADERS, "x-hatchway-request-id": run.log_id}
+    headers.update(dropped_headers_header(run.ctx.run.dropped_headers))  # listed before the first event
     return StreamingResponse(frames(), media_type="text/event-stream", headers=headers)
 
 

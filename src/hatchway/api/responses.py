@@ -4,6 +4,7 @@ only translates."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, Literal
 
@@ -13,23 +14,35 @@ from starlette.responses import Response, StreamingResponse
 
 from hatchway.api.auth import authenticate, gateway_of
 from hatchway.api.context import run_context
-from hatchway.api.errors import parse_json_body, validate_body
+from hatchway.api.errors import json_error, parse_json_body, validate_body
 from hatchway.api.sse import SSE_HEADERS, typed_event
 from hatchway.engine.context import Principal
-from hatchway.errors import InvalidRequest
+from hatchway.engine.tools.mcp.forwarding import dropped_headers_header
+from hatchway.errors import HatchwayError, InvalidRequest
 from hatchway.responses.items import wire_items
 from hatchway.responses.runs import StartedRun
-from hatchway.responses.wire import CreateResponseRequest
+from hatchway.responses.wire import CreateResponseRequest, check_hosted_tools
 
 router = APIRouter()
 
 
-def _json(payload: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(payload), status_code=status, media_type="application/json")
+def _json(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(payload), status_code=status, media_type="application/json", headers=headers)
+
+
+def ignored_header(body: CreateResponseRequest) -> dict[str, str] | None:
+    """``x-hatchway-ignored-params``: what the request set that has no effect here."""
+    ignored = body.ignored()
+    return {IGNORED_HEADER: ", ".join(ignored)} if ignored else None
+
+
+IGNORED_HEADER = "x-hatchway-ignored-params"
 
 
 def _sse(
-    events: AsyncIterator[dict[str, Any]], on_close: Callable[[], None] | None = None
+    events: AsyncIterator[dict[str, Any]],
+    on_close: Callable[[], None] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> StreamingResponse:
     async def frames() -> AsyncIterator[bytes]:
         try:
@@ -39,7 +52,9 @@ def _sse(
             if on_close is not None:
                 on_close()
 
-    return StreamingResponse(frames(), media_type="text/event-stream", headers=SSE_HEADERS)
+    return StreamingResponse(
+        frames(), media_type="text/event-stream", headers={**SSE_HEADERS, **(headers or {})}
+    )
 
 
 @router.post("/v1/responses")
@@ -49,13 +64,63 @@ async def create_response(
     gw = gateway_of(request)
     ctx = run_context(request, principal, gw.settings.loop_deadline_seconds)
     body = validate_body(CreateResponseRequest, parse_json_body(await request.body()))
+    check_hosted_tools(body, gw.settings.hosted_tools)
+    headers = ignored_header(body)
     created = await gw.responses.create(body, ctx)
     if created.started is None or not body.stream:
-        return _json(created.response)
+        dropped = dropped_headers_header(ctx.run.dropped_headers)
+        return _json(created.response, headers={**(headers or {}), **dropped})
     # A foreground stream whose client went away is not worth finishing: stop the upstream work.
     # A background one goes on; its client may follow it again.
-    on_close = None if body.background else _canceller(created.started)
-    return _sse(created.started.events.follow(), on_close=on_close)
+    if body.background:
+        return _sse(created.started.events.follow(), headers=headers)
+    events = created.started.events.follow()
+    try:
+        head = await _prefetch(events)
+    except asyncio.CancelledError:  # the client went away while the first output was awaited
+        _canceller(created.started)()
+        raise
+    failure = created.started.run.failure
+    if failure is not None and all(e["type"] in _BEFORE_OUTPUT for e in head):
+        # Failed before any output (an upstream 429 or 5xx, a refused request): the HTTP status
+        # the error has, as Chat Completions answers it, so every SDK's retry and backoff apply.
+        answer = _failure_response(failure, created.started)
+        answer.headers.update(headers or {})
+        return answer
+    headers = {**(headers or {}), **dropped_headers_header(ctx.run.dropped_headers)}
+    return _sse(_chain(head, events), on_close=_canceller(created.started), headers=headers)
+
+
+_BEFORE_OUTPUT = {"response.created", "response.queued", "response.in_progress", "error", "response.failed"}
+"""Events a run that failed before any output has sent; the stream is held until another comes."""
+
+
+async def _prefetch(events: AsyncIterator[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The stream's first events, up to the first that is output or an ending."""
+    head: list[dict[str, Any]] = []
+    async for event in events:
+        head.append(event)
+        if event["type"] not in ("response.created", "response.queued", "response.in_progress", "error"):
+            break
+    return head
+
+
+async def _chain(
+    head: list[dict[str, Any]], rest: AsyncIterator[dict[str, Any]]
+) -> AsyncIterator[dict[str, Any]]:
+    for event in head:
+        yield event
+    async for event in rest:
+        yield event
+
+
+def _failure_response(failure: HatchwayError, started: StartedRun) -> Response:
+    """``failure`` as its HTTP error, the run's secrets scrubbed from the message (as stored)."""
+    body = failure.to_body()
+    error = body.get("error")
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        body = {**body, "error": {**error, "message": started.run.ctx.redact(error["message"])}}
+    return json_error(failure.status_code, body)
 
 
 def _canceller(started: StartedRun) -> Callable[[], None]:

@@ -29,7 +29,7 @@ from hatchway.errors import HatchwayError, InvalidRequest
 from hatchway.gateway import Gateway
 from hatchway.responses.chain import stored_conversation
 from hatchway.responses.runs import ResponseRun, StartedRun
-from hatchway.responses.wire import CreateResponseRequest
+from hatchway.responses.wire import CreateResponseRequest, check_hosted_tools
 
 router = APIRouter()
 REMEMBERED_RESPONSES = 4
@@ -136,6 +136,7 @@ class SocketSession:
         self._continued = previous if isinstance(previous, str) else None
         body = _body(message)  # validated without previous_response_id: store: false may continue here
         body.previous_response_id = previous
+        check_hosted_tools(body, self.gw.settings.hosted_tools)
         ctx = run_context(self.websocket, self.principal, self.gw.settings.loop_deadline_seconds)
         responses = self.gw.responses
         history = self.remembered.get(previous) if previous is not None else None

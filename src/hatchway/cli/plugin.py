@@ -9,6 +9,7 @@ import typer
 
 from hatchway.cli.app import app, err_console, examples
 from hatchway.config.plugin import McpServerConfig, PluginConfig, load_plugin
+from hatchway.engine.tools.mcp.forwarding import DROPPED_WHY
 from hatchway.errors import ConfigError
 
 plugin_app = typer.Typer(help="MCP plugin files (plugin YAML v1).", no_args_is_help=True)
@@ -32,6 +33,14 @@ def plugin_check(file: Annotated[Path, typer.Argument(help="The plugin YAML file
     typer.echo(f"ok: {file}")
     for line in summary(plugin):
         typer.echo(f"  {line}")
+    for i, server in enumerate(plugin.mcp_servers):
+        for name in server.dropped_headers:
+            err_console.print(
+                f"[bold yellow]warning:[/] mcp_servers[{i}].forward_headers: {name!r} is dropped "
+                f"({DROPPED_WHY})",
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
 def summary(plugin: PluginConfig) -> list[str]:

@@ -27,7 +27,7 @@ from pydantic import AfterValidator, AliasChoices, ConfigDict, Field, field_vali
 
 from hatchway.config.loading import StrictModel, parse_yaml_text, read_config_text, validate_document
 from hatchway.engine.tools.mcp.auth.oauth import ClientAuth, token_url_problem
-from hatchway.engine.tools.mcp.forwarding import forward_header_problem
+from hatchway.engine.tools.mcp.forwarding import forward_header_problem, never_forwarded
 from hatchway.errors import ConfigError
 from hatchway.vault.names import ref_problem
 
@@ -188,8 +188,10 @@ class McpServerConfig(_PluginModel):
     tools: list[Annotated[str, Field(min_length=1)]] | Literal["*"] = "*"
     """The tools exposed to the model; ``"*"`` exposes every tool of the server."""
     forward_headers: list[Annotated[str, AfterValidator(_forwardable)]] = Field(default_factory=list)
-    """Headers copied from the client's request to this server only; never ``authorization``,
-    ``cookie``, ``host``, hop-by-hop, framing or MCP session headers."""
+    """Headers copied from the client's request to this server only. ``authorization``, ``cookie``,
+    ``host``, hop-by-hop, framing and MCP session headers are never forwarded: listed, they are
+    dropped (``hatchway plugin check`` warns, the response's ``x-hatchway-dropped-headers`` header
+    and the run record's ``list_tools`` step name them)."""
     timeout_ms: Annotated[int, Field(ge=1, le=600_000)] = 10_000
     """Timeout of one attempt of a call."""
     max_retries: Annotated[int, Field(ge=0, le=10)] = 2
@@ -242,6 +244,11 @@ class McpServerConfig(_PluginModel):
                 )
             seen.add(name.lower())
         return self
+
+    @property
+    def dropped_headers(self) -> list[str]:
+        """``forward_headers`` entries that are never forwarded (``authorization``, ``cookie``…)."""
+        return never_forwarded(self.forward_headers)
 
     @property
     def kind(self) -> Literal["streamable_http", "sse", "stdio"]:

@@ -6,7 +6,7 @@ import ipaddress
 import os
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
@@ -241,6 +241,11 @@ class Settings(StrictModel):
     request_header_timeout_seconds: Annotated[float, Field(gt=0)] = 10.0
     """A connection whose request line and headers have not all arrived this long after it opened (or
     after its previous request) is closed: slow-header (slowloris) connections do not pile up."""
+    hosted_tools: Literal["ignore", "refuse"] = "ignore"
+    """A Responses request's tools of types OpenAI runs itself (``web_search``, ``file_search``,
+    ``code_interpreter``, ``mcp``, ``custom``…): ``ignore`` accepts them, does not offer them to the
+    model, and names them in the ``x-hatchway-ignored-params`` header (what Codex CLI needs: it
+    always sends ``web_search``); ``refuse`` answers 400 naming the tool."""
     keep_alive_timeout_seconds: Annotated[int, Field(ge=1, le=3600)] = 20
     """An idle kept-alive connection is closed after this long. Longer than the idle expiry of the
     common clients (httpx, and so the OpenAI Python SDK: 5 s; Node's undici: 4 s; aiohttp: 15 s): a

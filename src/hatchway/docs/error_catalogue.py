@@ -15,6 +15,9 @@ MEANINGS: dict[str, str] = {
     "invalid_request": "The body or a parameter is malformed or contradictory; `param` names the field path "
     "(`messages[0].role`).",
     "invalid_json": "The request body is not valid JSON.",
+    "item_not_found": "An `item_reference` input item names no item this organisation has stored.",
+    "unsupported_tool": "A Responses tool of a type OpenAI runs itself (`web_search`, `file_search`…) "
+    "with `hosted_tools: refuse`; by default such tools are accepted and not offered to the model.",
     "invalid_config": "A configuration file (or an inline plugin) is invalid; the message lists each "
     "field path.",
     "invalid_plugin": "The `hatchway-mcp-plugin` (or `floopy-mcp-plugin`) header is not valid base64 "

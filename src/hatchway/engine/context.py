@@ -73,6 +73,8 @@ class RunState:
     tool_calls: int = 0
     """Gateway tool calls this run made (client tool calls are the client's)."""
     listing_failures: list[ListingFailure] = field(default_factory=list)
+    dropped_headers: dict[str, list[str]] = field(default_factory=dict)
+    """Server id → the ``forward_headers`` entries of its plugin that were dropped, not forwarded."""
     children: list[RunState] = field(default_factory=list)
     delegation: Delegation | None = None
     """On the root's state only: what the tree may still delegate (``delegation_budget``)."""

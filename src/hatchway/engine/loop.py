@@ -93,6 +93,9 @@ class OutputTextDelta:
 class ToolCallStarted:
     round: int
     call: FunctionCall
+    server: str | None = None
+    """The server the call goes to, when its toolset knows it before the call (the stream's
+    ``server_label``, the same as the stored item's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,7 +359,7 @@ class AgentLoop:
         # tool is then known to have run one, and is not run again (``subagents/toolset.py``).
         ctx.run.tool_calls += len(allowed)
         for call in allowed:
-            yield ToolCallStarted(number, call)
+            yield ToolCallStarted(number, call, self.router.server_label(call))
         outcomes: dict[str, tuple[ToolResult, float]] = {}
         timed_out = False
         try:

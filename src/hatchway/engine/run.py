@@ -166,6 +166,10 @@ class RunScope:
             {"type": "list_tools", "round": 1, "server": f.server, "outcome": "error", "error": f.message}
             for f in ctx.run.listing_failures
         ]
+        listing.extend(
+            {"type": "list_tools", "round": 1, "server": server, "outcome": "ok", "dropped_headers": names}
+            for server, names in ctx.run.dropped_headers.items()
+        )
         return LogRecord(
             id=self.log_id,
             org_id=ctx.principal.org_id,

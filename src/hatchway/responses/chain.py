@@ -79,3 +79,30 @@ def close_unanswered(new_items: list[Item], hosted: set[str]) -> None:
     for call_id in [c for c in hosted if c not in answered]:
         output = error_body("not_run", "The run ended before this tool call ran.")
         new_items.append(FunctionCallOutput(call_id=call_id, output=output))
+
+
+async def resolve_references(
+    store: ResponseStore, org_id: str, records: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``item_reference`` input items replaced by the stored items they name (the Vercel AI SDK
+    replays a stored conversation so): the organisation's own items only; a hosted call (``mcp_…``)
+    expands to the call and its output. An id not found is a 400 naming the input item."""
+    wanted = [r["id"] for r in records if r["type"] == "item_reference"]
+    if not wanted:
+        return records
+    found = await store.items_by_id(org_id, wanted)
+    out: list[dict[str, Any]] = []
+    for record in records:
+        if record["type"] != "item_reference":
+            out.append(record)
+            continue
+        stored = found.get(record["id"])
+        if stored is None:
+            path = record["path"]
+            raise InvalidRequest(
+                f"{path}.id: no stored item with id '{record['id']}' in this organisation",
+                param=f"{path}.id",
+                code="item_not_found",
+            )
+        out.extend(dict(r) for r in stored)
+    return out

@@ -72,6 +72,7 @@ class ResponseStreamWriter:
         self._announced: dict[str, int] = {}
         """item id → output_index of every item announced with ``output_item.added``."""
         self._done: set[str] = set()
+        self._arguments_streamed: set[str] = set()
 
     def emit(self, event_type: str, **fields: Any) -> dict[str, Any]:
         event = {"type": event_type, "sequence_number": self.sequence, **fields}
@@ -82,12 +83,14 @@ class ResponseStreamWriter:
     def lifecycle(self, event_type: str, response: dict[str, Any]) -> None:
         self.emit(event_type, response=response)
 
-    def error(self, code: str | None, message: str, param: str | None = None) -> None:
+    def error(
+        self, code: str | None, message: str, param: str | None = None, *, error_type: str = "server_error"
+    ) -> None:
         # Flat fields for OpenAI's SDK (ResponseErrorEvent), the same under ``error`` for the
         # Open Responses schema (ErrorStreamingEvent) and the WebSocket protocol.
         if not self.error_events:
             return
-        details = {"type": "server_error", "code": code, "message": message, "param": param}
+        details = {"type": error_type, "code": code, "message": message, "param": param}
         self.emit("error", code=code, message=message, param=param, error=details)
 
     # -- loop events -----------------------------------------------------------------------------
@@ -97,17 +100,15 @@ class ResponseStreamWriter:
         if isinstance(event, OutputTextDelta):
             self._text(event.text)
         elif isinstance(event, ToolCallStarted):
+            # OpenAI's order: the item announced with empty arguments, in progress, the arguments
+            # streamed, done; then completed/failed and output_item.done when it has run.
             self._close_message()
             record = record_of(event.call, hosted=True)  # assigns the call its mcp_… id
+            if event.server:
+                record["server_label"] = event.server
             item = wire_mcp_call(record, None)
-            index = self._add(item)
-            self.emit(
-                "response.mcp_call_arguments.done",
-                item_id=item["id"],
-                output_index=index,
-                arguments=item["arguments"],
-            )
-            self.emit("response.mcp_call.in_progress", item_id=item["id"], output_index=index)
+            self._add(_in_progress(item))
+            self._stream_mcp_arguments(item)
         elif isinstance(event, ToolCallFinished):
             call = record_of(event.call, hosted=True, result=event.result)
             output = FunctionCallOutput(call_id=event.call.call_id, output=event.result.output)
@@ -211,8 +212,20 @@ class ResponseStreamWriter:
                 name=item["name"],
             )
         elif item["type"] == "mcp_call":
+            if item["id"] not in self._arguments_streamed:
+                self._stream_mcp_arguments(item)
             kind = "failed" if item["status"] == "failed" else "completed"
             self.emit(f"response.mcp_call.{kind}", item_id=item["id"], output_index=index)
+
+    def _stream_mcp_arguments(self, item: dict[str, Any]) -> None:
+        """OpenAI's order for an ``mcp_call`` announced (``output_item.added``) with empty arguments:
+        in progress, the arguments streamed, done; completed or failed once it has run."""
+        self._arguments_streamed.add(item["id"])
+        common = {"item_id": item["id"], "output_index": self._announced[item["id"]]}
+        self.emit("response.mcp_call.in_progress", **common)
+        if item["arguments"]:
+            self.emit("response.mcp_call_arguments.delta", **common, delta=item["arguments"])
+        self.emit("response.mcp_call_arguments.done", **common, arguments=item["arguments"])
 
 
 def _text_part(text: str) -> dict[str, Any]:
@@ -225,7 +238,7 @@ def _in_progress(item: dict[str, Any]) -> dict[str, Any]:
     if item["type"] == "function_call":
         return wire_function_call({**item, "arguments": ""}, status="in_progress")
     if item["type"] == "mcp_call":
-        return {**item, "status": "in_progress", "output": None, "error": None}
+        return {**item, "arguments": "", "status": "in_progress", "output": None, "error": None}
     return item
 
 

@@ -65,8 +65,9 @@ def item_of(record: dict[str, Any]) -> Item:
     if kind == "compaction":  # opened when it arrived (see responses/compaction.py)
         return Message(role="system", content=SUMMARY_PREFIX + record["summary"], id=record["id"])
     if kind == "function_call":
+        name = record.get("model_name") or record["name"]  # a namespaced call: the name the model saw
         return FunctionCall(
-            call_id=record["call_id"], name=record["name"], arguments=record["arguments"], id=record["id"]
+            call_id=record["call_id"], name=name, arguments=record["arguments"], id=record["id"]
         )
     return FunctionCallOutput(call_id=record["call_id"], output=record["output"], id=record["id"])
 
@@ -130,7 +131,7 @@ def wire_message(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def wire_function_call(record: dict[str, Any], status: str = "completed") -> dict[str, Any]:
-    return {
+    item = {
         "id": record["id"],
         "type": "function_call",
         "call_id": record["call_id"],
@@ -138,6 +139,18 @@ def wire_function_call(record: dict[str, Any], status: str = "completed") -> dic
         "arguments": record["arguments"],
         "status": status,
     }
+    if record.get("namespace"):
+        item["namespace"] = record["namespace"]
+    return item
+
+
+def split_namespaced(records: list[dict[str, Any]], namespaced: dict[str, tuple[str, str]]) -> None:
+    """Give the client's calls of namespaced tools their ``namespace`` and own ``name`` back (the
+    model called ``<namespace>__<name>``, kept as ``model_name`` for the chain's replay)."""
+    for record in records:
+        if record["type"] == "function_call" and not record.get("hosted") and record["name"] in namespaced:
+            namespace, name = namespaced[record["name"]]
+            record.update(model_name=record["name"], namespace=namespace, name=name)
 
 
 def wire_mcp_call(call: dict[str, Any], output: dict[str, Any] | None) -> dict[str, Any]:

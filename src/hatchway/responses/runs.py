@@ -21,10 +21,15 @@ from hatchway.engine.tools.base import ToolResult
 from hatchway.engine.tools.subagents import ChildRequest, ChildResult
 from hatchway.errors import HatchwayError, InternalError, ProviderStatusError
 from hatchway.ids import new_id
-from hatchway.responses.chain import check_call_outputs, close_unanswered, stored_conversation
+from hatchway.responses.chain import (
+    check_call_outputs,
+    close_unanswered,
+    resolve_references,
+    stored_conversation,
+)
 from hatchway.responses.compaction import open_compactions
 from hatchway.responses.events import EventLog, ResponseStreamWriter, terminal_event
-from hatchway.responses.items import item_of, output_records, output_text, wire_items
+from hatchway.responses.items import item_of, output_records, output_text, split_namespaced, wire_items
 from hatchway.responses.store import ResponseEnding, ResponseJobRecord, ResponseRecord, ResponseStore
 from hatchway.responses.wire import CreateResponseRequest, parse_input, response_object, usage_object
 from hatchway.store.tables import utcnow
@@ -50,6 +55,11 @@ class ResponseRun:
     scope: RunScope
     writer: ResponseStreamWriter | None = None
     output: list[dict[str, Any]] = field(default_factory=list)
+    namespaced: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """The request's namespaced function tools: flat name → (namespace, name)."""
+    failure: HatchwayError | None = None
+    """What the run failed with, if it did (a stream that failed before any output answers it as
+    the HTTP error it is)."""
 
     @property
     def ctx(self) -> RunContext:
@@ -117,7 +127,8 @@ class ResponseRunner:
         else:
             history, root_id = local_history, None
         ctx.session_key = ctx.session_key or root_id or ctx.response_id
-        input_records = await open_compactions(self.vault, ctx.org_id, parse_input(body.input))
+        records = await resolve_references(self.store, ctx.org_id, parse_input(body.input))
+        input_records = await open_compactions(self.vault, ctx.org_id, records)
         check_call_outputs(history, input_records)
         return Accepted(history, input_records)
 
@@ -143,7 +154,9 @@ class ResponseRunner:
                 record.previous_response_id = None
             await self.store.create(record, [*(local_history or []), *accepted.input_records])
         writer = ResponseStreamWriter(events) if events is not None else None
-        return ResponseRun(record, stored, accepted.input_records, conversation, loop, scope, writer)
+        run = ResponseRun(record, stored, accepted.input_records, conversation, loop, scope, writer)
+        run.namespaced = body.namespaced()
+        return run
 
     def new_record(
         self,
@@ -200,7 +213,9 @@ class ResponseRunner:
                 record.id, ResponseEnding(status="failed", output=[], error=error_object(exc, ctx))
             )
             raise
-        return ResponseRun(record, True, input_records, conversation, loop, scope)
+        run = ResponseRun(record, True, input_records, conversation, loop, scope)
+        run.namespaced = body.namespaced()
+        return run
 
     async def _plan(
         self, body: CreateResponseRequest, scope: RunScope, records: list[dict[str, Any]]
@@ -332,6 +347,7 @@ class ResponseRunner:
         }
         close_unanswered(result.new_items, hosted)
         output = output_records(result.new_items, hosted, results)
+        split_namespaced(output, run.namespaced)
         await self._store(run, ending_of(result, output))
         status = run.record.status
         run.scope.end(200 if status in ("completed", "incomplete") else CLIENT_GONE, result)
@@ -345,8 +361,9 @@ class ResponseRunner:
         message = error["message"]
         await self._store(run, ResponseEnding(status="failed", output=[], error=error))
         run.scope.end(exc.status_code, error=message)
+        run.failure = exc
         if run.writer is not None:
-            run.writer.error(exc.code, message, exc.param)
+            run.writer.error(exc.code, message, exc.param, error_type=exc.error_type)
             run.writer.lifecycle("response.failed", run.snapshot())
             run.writer.log.close()
 

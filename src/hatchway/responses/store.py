@@ -80,7 +80,10 @@ class ResponseItemRecord(Base):
     """One item of a response's input or output, in order; ``data`` is the canonical item."""
 
     __tablename__ = "response_items"
-    __table_args__ = (Index("ix_response_items_response", "response_id", "direction", "position"),)
+    __table_args__ = (
+        Index("ix_response_items_response", "response_id", "direction", "position"),
+        Index("ix_response_items_item", "item_id"),
+    )
 
     seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     response_id: Mapped[str] = mapped_column(ForeignKey("responses.id", ondelete="CASCADE"))
@@ -189,6 +192,40 @@ class ResponseStore:
         async with self.db.session() as s:
             for row in await s.scalars(stmt):
                 out.setdefault(row.response_id, []).append(row.data)
+        return out
+
+    async def items_by_id(self, org_id: str, item_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+        """The organisation's stored items with these ids: id → the records it stands for (a hosted
+        call, ``mcp_…``, is its call and its output). Ids not found are absent."""
+        if not item_ids:
+            return {}
+        stmt = (
+            select(ResponseItemRecord)
+            .join(ResponseRecord, ResponseRecord.id == ResponseItemRecord.response_id)
+            .where(ResponseRecord.org_id == org_id, ResponseItemRecord.item_id.in_(set(item_ids)))
+            .order_by(ResponseItemRecord.seq)
+        )
+        found: dict[str, dict[str, Any]] = {}
+        homes: dict[str, str] = {}
+        async with self.db.session() as s:
+            for row in await s.scalars(stmt):
+                if row.item_id not in found:
+                    found[row.item_id] = row.data
+                    homes[row.item_id] = row.response_id
+        hosted = [i for i, data in found.items() if data["type"] == "function_call" and data.get("hosted")]
+        siblings = await self._items_of(sorted({homes[i] for i in hosted}), None)
+        out: dict[str, list[dict[str, Any]]] = {}
+        for item_id, data in found.items():
+            records = [data]
+            if item_id in hosted:
+                records += [
+                    r
+                    for r in siblings.get(homes[item_id], [])
+                    if r["type"] == "function_call_output"
+                    and r.get("hosted")
+                    and r["call_id"] == data["call_id"]
+                ][:1]
+            out[item_id] = records
         return out
 
     async def chain(self, org_id: str, response_id: str) -> list[ResponseRecord]:

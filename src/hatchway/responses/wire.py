@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, Tag, model_validator
 
 from hatchway.engine.items import ToolSpec, Usage
 from hatchway.errors import InvalidRequest
@@ -12,17 +13,56 @@ from hatchway.ids import new_id
 from hatchway.responses.items import output_text, wire_items
 from hatchway.responses.store import ResponseRecord
 
-# Parameters that clients (the OpenAI Agents SDK among them) send and that have no effect here.
 _ACCEPTED_AND_IGNORED = {
+    "access_programs",
+    "background_options",
+    "client_metadata",  # not in OpenAI's reference, but Codex CLI always sends it
+    "context_management",
+    "image",
     "include",
-    "reasoning",
-    "service_tier",
+    "moderation",
     "prompt_cache_key",
+    "prompt_cache_options",
     "prompt_cache_retention",
+    "reasoning",
     "safety_identifier",
+    "service_tier",
     "stream_options",
     "top_logprobs",
 }
+"""Request fields the OpenAI Responses API documents (and clients send: Codex CLI, the Agents SDK)
+that have no effect here: accepted, and named in the ``x-hatchway-ignored-params`` header when
+set. ``tests/api/test_responses_params.py`` keeps this and the SDK's parameters in step."""
+
+_REFUSED_WHEN_SET = {
+    "conversation": "use previous_response_id (stored chains) or send the conversation as input",
+    "prompt": "stored prompt templates live at OpenAI; send instructions and input instead",
+}
+"""Documented fields that would change the answer if honoured and that the gateway cannot honour."""
+
+HOSTED_TOOL_TYPES = frozenset(
+    {
+        "apply_patch",
+        "code_interpreter",
+        "computer",
+        "computer_use_preview",
+        "custom",
+        "file_search",
+        "image_generation",
+        "local_shell",
+        "mcp",
+        "programmatic_tool_calling",
+        "shell",
+        "tool_search",
+        "web_search",
+        "web_search_2025_08_26",
+        "web_search_preview",
+        "web_search_preview_2025_03_11",
+    }
+)
+"""Tool types OpenAI runs itself (or, for ``custom``, freeform tools no Chat Completions upstream
+takes): accepted and not offered to the model (``hosted_tools: ignore``, the default, which lets
+Codex CLI work), or refused (``hosted_tools: refuse``)."""
 _MAX_ITEMS = 2048
 
 
@@ -60,21 +100,77 @@ INPUT_OR_PREVIOUS: dict[str, Any] = {
 document."""
 
 
+_TOOL_NAME = r"^[A-Za-z0-9_-]+$"
+
+
 class FunctionToolParam(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")  # defer_loading, output_schema…: no effect here
     type: Literal["function"]
-    name: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
+    name: Annotated[str, Field(min_length=1, max_length=128, pattern=_TOOL_NAME)]
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: StrictBool | None = None
 
-    def spec(self) -> ToolSpec:
+    def spec(self, name: str | None = None) -> ToolSpec:
         return ToolSpec(
-            name=self.name,
+            name=name or self.name,
             description=self.description or "",
             parameters=self.parameters or {"type": "object", "properties": {}},
             strict=self.strict,
         )
+
+
+class HostedToolParam(BaseModel):
+    """A tool OpenAI would run itself (``HOSTED_TOOL_TYPES``); its settings are not read."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str
+
+    @model_validator(mode="after")
+    def _hosted(self) -> HostedToolParam:
+        if self.type not in HOSTED_TOOL_TYPES:
+            raise ValueError(
+                f"unsupported tool type {self.type!r} (function, namespace, or one of OpenAI's hosted "
+                f"tools: {', '.join(sorted(HOSTED_TOOL_TYPES))})"
+            )
+        return self
+
+
+class NamespaceToolParam(BaseModel):
+    """Function tools grouped under a name (Codex CLI sends its MCP tools so). The model sees each
+    as ``<namespace>__<name>``; its calls come back as ``function_call`` items with ``name`` and
+    ``namespace``, as OpenAI returns them."""
+
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["namespace"]
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=_TOOL_NAME)]
+    description: str | None = None
+    tools: Annotated[list[FunctionToolParam | HostedToolParam], Field(max_length=512)]
+
+
+def _tool_kind(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return f"tagged-union:{kind if kind in ('function', 'namespace') else 'hosted'}"
+
+
+# The tags start with "tagged-union", which field paths leave out (config.loading.format_loc): an
+# error reads ``tools[0].name``, not ``tools[0].function.name``.
+AnyToolParam = Annotated[
+    Annotated[FunctionToolParam, Tag("tagged-union:function")]
+    | Annotated[NamespaceToolParam, Tag("tagged-union:namespace")]
+    | Annotated[HostedToolParam, Tag("tagged-union:hosted")],
+    Discriminator(_tool_kind),
+]
+
+
+def flat_name(namespace: str, name: str) -> str:
+    """The name the model sees for ``name`` in ``namespace`` (at most 64 characters, as providers
+    require: a long pair keeps a digest of the whole for uniqueness)."""
+    joined = f"{namespace}__{name}"
+    if len(joined) <= 64:
+        return joined
+    digest = hashlib.sha256(joined.encode()).hexdigest()[:10]
+    return f"{namespace[:24]}__{name[:26]}_{digest}"
 
 
 class ToolChoiceFunctionParam(BaseModel):
@@ -108,7 +204,7 @@ class CreateResponseRequest(BaseModel):
     model: Annotated[str, Field(min_length=1)]
     input: str | Annotated[list[Any], Field(max_length=_MAX_ITEMS)] = ""
     instructions: str | None = None
-    tools: list[FunctionToolParam] | None = None
+    tools: Annotated[list[AnyToolParam], Field(max_length=1024)] | None = None
     tool_choice: Literal["none", "auto", "required"] | ToolChoiceFunctionParam | None = None
     parallel_tool_calls: StrictBool | None = None
     max_tool_calls: Annotated[int, Field(ge=1)] | None = None
@@ -126,9 +222,12 @@ class CreateResponseRequest(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> CreateResponseRequest:
-        unknown = sorted(set(self.model_extra or {}) - _ACCEPTED_AND_IGNORED)
+        unknown = sorted(set(self.model_extra or {}) - _ACCEPTED_AND_IGNORED - set(_REFUSED_WHEN_SET))
         if unknown:
             raise ValueError(f"{unknown[0]}: unsupported parameter")
+        for name, instead in _REFUSED_WHEN_SET.items():
+            if (self.model_extra or {}).get(name) is not None:
+                raise ValueError(f"{name}: not supported by this gateway; {instead}")
         if self.metadata is not None and len(self.metadata) > 16:
             raise ValueError("metadata: at most 16 keys")
         if self.store is False and self.previous_response_id:
@@ -141,17 +240,63 @@ class CreateResponseRequest(BaseModel):
         if isinstance(self.input, str) and not self.input and not self.previous_response_id:
             raise ValueError("input: must be a non-empty string or array of items")
         if isinstance(self.tool_choice, ToolChoiceFunctionParam):
-            if self.tool_choice.name not in {t.name for t in self.tools or []}:
+            if self.tool_choice.name not in {name for name, _ in self._functions()}:
                 raise ValueError(
                     f"tool_choice.name: no function tool named {self.tool_choice.name!r} in tools"
                 )
-        names = [t.name for t in self.tools or []]
+        names = [name for name, _ in self._functions()]
         if len(names) != len(set(names)):
-            raise ValueError("tools: function tool names must be unique")
+            raise ValueError(
+                "tools: function tool names must be unique (a namespace's as <namespace>__<name>)"
+            )
         return self
 
+    def _functions(self) -> list[tuple[str, FunctionToolParam]]:
+        """Every function tool with the name the model sees, namespaces flattened."""
+        out: list[tuple[str, FunctionToolParam]] = []
+        for tool in self.tools or []:
+            if isinstance(tool, FunctionToolParam):
+                out.append((tool.name, tool))
+            elif isinstance(tool, NamespaceToolParam):
+                out.extend(
+                    (flat_name(tool.name, t.name), t) for t in tool.tools if isinstance(t, FunctionToolParam)
+                )
+        return out
+
     def client_tools(self) -> list[ToolSpec]:
-        return [t.spec() for t in self.tools or []]
+        return [tool.spec(name) for name, tool in self._functions()]
+
+    def namespaced(self) -> dict[str, tuple[str, str]]:
+        """Flat name → (namespace, name) of every function tool inside a namespace."""
+        return {
+            flat_name(tool.name, t.name): (tool.name, t.name)
+            for tool in self.tools or []
+            if isinstance(tool, NamespaceToolParam)
+            for t in tool.tools
+            if isinstance(t, FunctionToolParam)
+        }
+
+    def hosted_tools(self) -> list[str]:
+        """``tools[i]`` paths (with their type) of the tools the gateway does not offer the model."""
+        found = []
+        for i, tool in enumerate(self.tools or []):
+            if isinstance(tool, HostedToolParam):
+                found.append(f"tools[{i}]:{tool.type}")
+            elif isinstance(tool, NamespaceToolParam):
+                found.extend(
+                    f"tools[{i}].tools[{j}]:{t.type}"
+                    for j, t in enumerate(tool.tools)
+                    if isinstance(t, HostedToolParam)
+                )
+        return found
+
+    def ignored(self) -> list[str]:
+        """What the request set that has no effect here (the ``x-hatchway-ignored-params`` header)."""
+        extra = self.model_extra or {}
+        return [
+            *(name for name in sorted(_ACCEPTED_AND_IGNORED) if extra.get(name) is not None),
+            *self.hosted_tools(),
+        ]
 
     def upstream_tool_choice(self) -> Any:
         """``tool_choice`` in the Chat Completions form the providers speak."""
@@ -201,7 +346,25 @@ class CreateResponseRequest(BaseModel):
         }
 
 
-def _tool_dict(tool: FunctionToolParam) -> dict[str, Any]:
+def check_hosted_tools(body: CreateResponseRequest, policy: str) -> None:
+    """``hosted_tools: refuse``: a tool of a type OpenAI runs itself is a 400 naming it."""
+    hosted = body.hosted_tools()
+    if policy == "refuse" and hosted:
+        path, _, kind = hosted[0].partition(":")
+        raise InvalidRequest(
+            f"{path}.type: this gateway does not run {kind!r} tools (hosted_tools: refuse)",
+            param=f"{path}.type",
+            code="unsupported_tool",
+        )
+
+
+def _tool_dict(tool: FunctionToolParam | NamespaceToolParam | HostedToolParam) -> dict[str, Any]:
+    """A request tool as the Response object echoes it."""
+    if isinstance(tool, HostedToolParam):
+        return tool.model_dump()
+    if isinstance(tool, NamespaceToolParam):
+        tools = [_tool_dict(t) for t in tool.tools]
+        return {"type": "namespace", "name": tool.name, "description": tool.description or "", "tools": tools}
     return {
         "type": "function",
         "name": tool.name,
@@ -328,15 +491,17 @@ def _parse_item(raw: Any, path: str) -> list[dict[str, Any]]:
     if kind == "message":
         return [_parse_message(raw, path)]
     if kind == "function_call":
-        return [
-            {
-                "type": "function_call",
-                "id": _item_id(raw, path, "fc"),
-                "call_id": _string(raw, "call_id", path),
-                "name": _string(raw, "name", path),
-                "arguments": _string(raw, "arguments", path),
-            }
-        ]
+        call = {
+            "type": "function_call",
+            "id": _item_id(raw, path, "fc"),
+            "call_id": _string(raw, "call_id", path),
+            "name": _string(raw, "name", path),
+            "arguments": _string(raw, "arguments", path),
+        }
+        namespace = _string(raw, "namespace", path, required=False)
+        if namespace:
+            call.update(namespace=namespace, model_name=flat_name(namespace, call["name"] or ""))
+        return [call]
     if kind == "function_call_output":
         return [
             {
@@ -348,13 +513,15 @@ def _parse_item(raw: Any, path: str) -> list[dict[str, Any]]:
         ]
     if kind == "mcp_call":
         return _parse_mcp_call(raw, path)
+    if kind == "item_reference":  # resolved against the organisation's stored items (runs.accept)
+        return [{"type": "item_reference", "id": _string(raw, "id", path), "path": path}]
     if kind == "compaction":
         encrypted = _string(raw, "encrypted_content", path)
         return [{"type": "compaction", "id": _item_id(raw, path, "cmp"), "encrypted_content": encrypted}]
     raise _fail(
         f"{path}.type",
         f"unsupported input item type {kind!r} "
-        "(message, function_call, function_call_output, mcp_call or compaction)",
+        "(message, function_call, function_call_output, mcp_call, item_reference or compaction)",
     )
 
 

@@ -62,6 +62,11 @@ class Toolset(ABC):
     async def call_tool(self, call: FunctionCall, ctx: RunContext) -> ToolResult:
         """Run one call. Failures are returned as ``ToolResult.error``, not raised."""
 
+    def server_label(self, name: str) -> str | None:
+        """The server a call of ``name`` goes to (what its result's ``meta["server"]`` will say),
+        known before the call runs; None when the toolset does not say."""
+        return None
+
     async def before_run(self, items: list[Item], ctx: RunContext) -> RunPreamble | None:
         """Look at the conversation before the first model call (operations read a confirmation here)."""
         return None

@@ -41,6 +41,10 @@ class ToolRouter:
     def is_client_call(self, call: FunctionCall) -> bool:
         return call.name not in self._owners and any(t.name == call.name for t in self.client_tools)
 
+    def server_label(self, call: FunctionCall) -> str | None:
+        toolset = self._owners.get(call.name)
+        return toolset.server_label(call.name) if toolset is not None else None
+
     async def call(self, call: FunctionCall, ctx: RunContext) -> ToolResult:
         toolset = self._owners.get(call.name)
         if toolset is None:

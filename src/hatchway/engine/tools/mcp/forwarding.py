@@ -34,15 +34,29 @@ _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 
 def forward_header_problem(name: str) -> str | None:
-    """Why ``name`` cannot be a forwarded header, or None when it can."""
+    """Why ``name`` cannot be listed as a forwarded header, or None when it can. A name in
+    ``NEVER_FORWARDED`` may be listed (Floopy plugins do: the seed says such headers are simply never
+    forwarded): it is dropped, and ``never_forwarded`` says so."""
     if not _TOKEN.match(name):
         return f"not a valid header name (got {name!r})"
-    if name.lower() in NEVER_FORWARDED:
-        return (
-            f"{name!r} is never forwarded (credentials, cookies, host and framing headers stay with the "
-            "gateway); remove it"
-        )
     return None
+
+
+def never_forwarded(names: Iterable[str]) -> list[str]:
+    """The listed names that are dropped instead of forwarded, lower-cased."""
+    return [name.lower() for name in names if name.lower() in NEVER_FORWARDED]
+
+
+def dropped_headers_header(dropped: Mapping[str, list[str]]) -> dict[str, str]:
+    """``x-hatchway-dropped-headers: <server>: <name>, …; …`` when a plugin listed headers that are
+    never forwarded; nothing otherwise."""
+    if not dropped:
+        return {}
+    value = "; ".join(f"{server}: {', '.join(names)}" for server, names in dropped.items())
+    return {"x-hatchway-dropped-headers": value}
+
+
+DROPPED_WHY = "never forwarded: credentials, cookies, host and framing headers stay with the gateway"
 
 
 def forwarded_headers(names: Iterable[str], request_headers: Mapping[str, str]) -> dict[str, str]:

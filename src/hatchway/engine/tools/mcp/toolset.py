@@ -47,11 +47,17 @@ class McpToolset(Toolset):
         route = self._routes.get(name)
         return (route[0].id, route[1]) if route is not None else None
 
+    def server_label(self, name: str) -> str | None:
+        route = self._routes.get(name)
+        return route[0].id if route is not None else None
+
     async def list_tools(self, ctx: RunContext) -> list[ToolSpec]:
         listings = await asyncio.gather(*(self._server_specs(s, ctx) for s in self.client.plugin.mcp_servers))
         return [spec for specs in listings for spec in specs]
 
     async def _server_specs(self, server: McpServerConfig, ctx: RunContext) -> list[ToolSpec]:
+        if server.dropped_headers:
+            ctx.run.dropped_headers[server.id] = server.dropped_headers
         try:
             tools = await self.client.list_tools(server, ctx)
         except HatchwayError as exc:

@@ -49,6 +49,9 @@ class OperationToolset(Toolset):
     async def list_tools(self, ctx: RunContext) -> list[ToolSpec]:
         return self.service.tool_specs()
 
+    def server_label(self, name: str) -> str | None:
+        return self.service.server_of(name)
+
     async def call_tool(self, call: FunctionCall, ctx: RunContext) -> ToolResult:
         if not self.service.is_operation(call.name):
             return self._result(call, await self._call(call, ctx))

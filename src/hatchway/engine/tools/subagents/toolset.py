@@ -59,6 +59,9 @@ class SubagentToolset(Toolset):
         # A child at the deepest allowed level gets no spawn_subagent: nesting stops there.
         return [SPAWN_SUBAGENT_SPEC] if ctx.depth < self._budget(ctx).max_depth else []
 
+    def server_label(self, name: str) -> str | None:
+        return "hatchway"
+
     async def call_tool(self, call: FunctionCall, ctx: RunContext) -> ToolResult:
         budget = self._budget(ctx)
         if ctx.depth >= budget.max_depth:
