@@ -21,6 +21,7 @@ from tests.support.gateway import create_org_key
 from tests.support.mcp_servers import McpTestServer
 from tests.support.responses_api import raw_events
 from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.support.servers import wait_until
 
 SHELL = {
     "type": "function",
@@ -264,3 +265,61 @@ def test_an_unknown_or_foreign_item_reference_is_a_400_with_its_path(gateway, ll
         assert answer.status_code == 400, answer.text
         error = answer.json()["error"]
         assert (error["param"], error["code"]) == ("input[1].id", "item_not_found")
+
+
+def test_cache_token_counts_are_reported_as_the_upstream_reported_them(gateway, llm: ScriptedLLM) -> None:
+    completion = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "gpt-4o",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+        "usage": {
+            "prompt_tokens": 20,
+            "completion_tokens": 2,
+            "total_tokens": 22,
+            "prompt_tokens_details": {"cached_tokens": 8, "cache_write_tokens": 12},
+        },
+    }
+    llm.reply(raw_body=json.dumps(completion).encode())
+    answer = post(gateway, {"model": "gpt-4o", "input": "hi"})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["usage"]["input_tokens_details"] == {"cached_tokens": 8, "cache_write_tokens": 12}
+
+    llm.reply(raw_body=json.dumps(completion).encode())
+    chat = httpx.post(
+        f"{gateway.url}/v1/chat/completions",
+        json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]},
+        headers={"authorization": f"Bearer {gateway.key}"},
+    )
+    assert chat.json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 8, "cache_write_tokens": 12}
+
+
+def test_a_stored_error_is_in_openais_shape_with_what_the_upstream_reported(
+    gateway, llm: ScriptedLLM
+) -> None:
+    refusal = {
+        "error": {
+            "message": "bad image",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "invalid_image",
+        }
+    }
+    llm.reply(status=400, raw_body=json.dumps(refusal).encode())
+    created = post(gateway, {"model": "gpt-4o", "input": "hi", "background": True})
+    assert created.status_code == 200, created.text
+    auth = {"authorization": f"Bearer {gateway.key}"}
+
+    def ended() -> dict[str, Any] | None:
+        current = httpx.get(f"{gateway.url}/v1/responses/{created.json()['id']}", headers=auth).json()
+        return current if current["status"] not in ("queued", "in_progress") else None
+
+    stored = wait_until(ended, timeout=30, interval=0.05, message="the background response to end")
+    error = stored["error"]
+    assert (error["code"], error["type"], error["hatchway_code"]) == (
+        "invalid_image",
+        "invalid_request_error",
+        "upstream_400",
+    )
+    assert error["message"] == "bad image"

@@ -137,7 +137,7 @@ def test_when_redis_refuses_the_job_the_response_fails_with_503(
     listed = httpx.get(
         f"{gw.url}/v1/responses/{record['response_id']}", headers={"authorization": f"Bearer {gw.key}"}
     )
-    assert listed.json()["status"] == "failed" and listed.json()["error"]["type"] == "unavailable"
+    assert listed.json()["status"] == "failed" and listed.json()["error"]["hatchway_code"] == "unavailable"
     assert llm.requests == []
     ready = httpx.get(f"{gw.url}/readyz")
     assert ready.status_code == 503 and ready.json()["checks"]["redis"] == "unreachable (ConnectionError)"

@@ -360,8 +360,8 @@ def test_a_malformed_reply_is_a_provider_error(served: Served, name: str, mode: 
     assert ending.status in (200, 502), ending
     error = ending.error
     assert error is not None, f"answered as a success: {ending}"
-    # A stored response's error says ``code: server_error`` and puts the cause in ``type``.
-    assert error["type" if mode == "responses_background" else "code"] == fault.code, error
+    # A stored response's error has OpenAI's ``code: server_error`` and the cause in ``hatchway_code``.
+    assert error["hatchway_code" if mode == "responses_background" else "code"] == fault.code, error
     assert fault.says in error["message"], error
     if mode.startswith("chat"):
         assert error["type"] == "upstream_error"
@@ -371,7 +371,7 @@ def test_a_malformed_reply_is_a_provider_error(served: Served, name: str, mode: 
     if mode.startswith("responses"):
         stored = _stored(served, record["response_id"])
         assert stored["status"] == "failed", stored
-        assert (stored["error"]["type"], stored["output"]) == (fault.code, [])
+        assert (stored["error"]["hatchway_code"], stored["output"]) == (fault.code, [])
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -54,7 +54,7 @@ async def test_only_responses_whose_run_lives_keep_their_lease(db: Database) -> 
     assert await heartbeats([(store, [alive.id])], status_is(store, orphan, "failed"), seconds=10)
 
     assert (await store.get("org_1", alive.id)).status == "in_progress"
-    assert (await store.get("org_1", orphan.id)).error["type"] == "interrupted"
+    assert (await store.get("org_1", orphan.id)).error["hatchway_code"] == "interrupted"
 
 
 async def test_another_replicas_running_response_is_kept_until_that_replica_stops_renewing(

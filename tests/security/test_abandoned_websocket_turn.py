@@ -46,6 +46,6 @@ def test_a_turn_abandoned_after_its_tool_started_fails_and_is_recorded(
         return body if body["status"] not in ("queued", "in_progress") else None
 
     final = wait_until(ended, timeout=30, message="the abandoned response to end")
-    assert final["status"] == "failed" and final["error"]["type"] == "interrupted"
+    assert final["status"] == "failed" and final["error"]["hatchway_code"] == "interrupted"
     records = httpx.get(f"{gateway.url}/v1/logs", headers=auth).json()["data"]
     assert [(r["response_id"], r["http_status"]) for r in records] == [(response_id, 499)]

@@ -207,8 +207,10 @@ def render() -> str:
         "## A failed response's `error`",
         "",
         "A response that fails after it was created (background, streamed, or a subagent child) is stored "
-        'with `status: failed` and `error: {"code", "message", "type", "param"}`, where `type` is '
-        "the HTTP error's `code` above (or `interrupted`).",
+        'with `status: failed` and `error: {"code", "message", "type", "param", "hatchway_code"}` in '
+        "OpenAI's shape: `code` is one of OpenAI's response error codes (the upstream's own when it "
+        "reported one of them), `type` the error's type (the upstream's for a 4xx), and `hatchway_code` "
+        "the HTTP error's `code` above (or `interrupted`, `unavailable`).",
         "",
         "| `code` | Meaning |",
         "| --- | --- |",

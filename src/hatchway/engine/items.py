@@ -49,6 +49,8 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    """Prompt tokens the upstream wrote to its prompt cache (``prompt_tokens_details``)."""
     reasoning_tokens: int = 0
 
     @property
@@ -59,14 +61,21 @@ class Usage:
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
         self.cached_tokens += other.cached_tokens
+        self.cache_write_tokens += other.cache_write_tokens
         self.reasoning_tokens += other.reasoning_tokens
 
     def to_chat(self) -> dict[str, Any]:
-        return {
+        usage: dict[str, Any] = {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.total_tokens,
         }
+        if self.cached_tokens or self.cache_write_tokens:  # what the upstream reported, passed on
+            usage["prompt_tokens_details"] = {
+                "cached_tokens": self.cached_tokens,
+                "cache_write_tokens": self.cache_write_tokens,
+            }
+        return usage
 
 
 @dataclass(slots=True)

@@ -28,7 +28,7 @@ from hatchway.config.settings import Settings
 from hatchway.engine.context import Principal, RunContext
 from hatchway.engine.tools.mcp.forwarding import NEVER_FORWARDED
 from hatchway.errors import HatchwayError, NotFound, Unavailable
-from hatchway.responses.runs import ROUTE, ResponseRunner, error_object
+from hatchway.responses.runs import ROUTE, ResponseRunner, error_object, stored_error
 from hatchway.responses.store import ResponseEnding, ResponseJob, ResponseJobRecord, ResponseRecord
 from hatchway.responses.wire import CreateResponseRequest, response_object
 from hatchway.store.orgs import OrgStore
@@ -102,7 +102,7 @@ class Background:
                 await self.queue.enqueue(record.org_id, record.id)
             except Exception as exc:
                 logger.error("could not enqueue background response %s: %s", record.id, type(exc).__name__)
-                error = {"code": "server_error", "message": ENQUEUE_FAILED, "type": "unavailable"}
+                error = stored_error("server_error", ENQUEUE_FAILED, "unavailable")
                 await runner.store.finish(record.id, ResponseEnding(status="failed", output=[], error=error))
                 raise Unavailable(ENQUEUE_FAILED) from None
             scope.hand_off()

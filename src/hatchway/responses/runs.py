@@ -368,7 +368,7 @@ class ResponseRunner:
             run.writer.log.close()
 
     async def _interrupted(self, run: ResponseRun) -> None:
-        error = {"code": "server_error", "message": INTERRUPTED, "type": "interrupted"}
+        error = stored_error("server_error", INTERRUPTED, "interrupted")
         run.scope.end(CLIENT_GONE, error=INTERRUPTED)
         await self._store(run, ResponseEnding(status="failed", output=[], error=error))
         await self._end_stream_as_stored(run)
@@ -416,15 +416,62 @@ def _settle(ready: asyncio.Future[Any], exc: BaseException) -> None:
         ready.set_exception(exc)
 
 
+RESPONSE_ERROR_CODES = frozenset(
+    {
+        "server_error",
+        "rate_limit_exceeded",
+        "invalid_prompt",
+        "vector_store_timeout",
+        "invalid_image",
+        "invalid_image_format",
+        "invalid_base64_image",
+        "invalid_image_url",
+        "image_too_large",
+        "image_too_small",
+        "image_parse_error",
+        "image_content_policy_violation",
+        "invalid_image_mode",
+        "image_file_too_large",
+        "unsupported_image_media_type",
+        "empty_image_file",
+        "failed_to_download_image",
+        "image_file_not_found",
+    }
+)
+"""The codes of OpenAI's ``ResponseError`` (``code`` is one of these in its schema)."""
+
+
+def stored_error(
+    code: str, message: str, hatchway_code: str, error_type: str = "server_error"
+) -> dict[str, Any]:
+    """A Response's ``error`` in OpenAI's shape (``code`` from its list, ``message``), with the
+    error's ``type`` and the gateway's own code (``hatchway_code``, docs/errors.md) beside them."""
+    return {
+        "code": code,
+        "message": message,
+        "type": error_type,
+        "param": None,
+        "hatchway_code": hatchway_code,
+    }
+
+
 def error_object(exc: HatchwayError, ctx: RunContext | None = None) -> dict[str, Any]:
-    """The stored ``error`` of a response that failed with ``exc`` (the run's secrets scrubbed)."""
-    code = (
-        "rate_limit_exceeded"
-        if isinstance(exc, ProviderStatusError) and exc.upstream_status == 429
-        else "server_error"
-    )
+    """The stored ``error`` of a response that failed with ``exc`` (the run's secrets scrubbed):
+    what the upstream reported when it was the upstream (its code, when OpenAI's list has it)."""
     message = ctx.redact(exc.message) if ctx is not None else exc.message
-    return {"code": code, "message": message, "type": exc.code, "param": exc.param}
+    code, error_type = "server_error", exc.error_type
+    if isinstance(exc, ProviderStatusError):
+        upstream = (exc.body or {}).get("error") if isinstance(exc.body, dict) else None
+        reported = upstream.get("code") if isinstance(upstream, dict) else None
+        if reported in RESPONSE_ERROR_CODES:
+            code = reported
+        elif exc.upstream_status == 429:
+            code = "rate_limit_exceeded"
+        if isinstance(upstream, dict) and isinstance(upstream.get("type"), str) and exc.upstream_status < 500:
+            error_type = upstream["type"]
+    error = stored_error(code, message, exc.code or "server_error", error_type)
+    error["param"] = exc.param
+    return error
 
 
 _INCOMPLETE: dict[str, dict[str, Any]] = {

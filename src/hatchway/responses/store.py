@@ -400,7 +400,13 @@ class ResponseStore:
     async def fail_expired(self, message: str) -> int:
         """Fail every active response whose owner stopped renewing its lease; returns how many."""
         now = utcnow()
-        error = {"code": "server_error", "message": message, "type": "interrupted"}
+        error = {  # responses.runs.stored_error's shape (that module imports this one)
+            "code": "server_error",
+            "message": message,
+            "type": "server_error",
+            "param": None,
+            "hatchway_code": "interrupted",
+        }
         async with self.db.session() as s:
             result = await s.execute(
                 update(ResponseRecord)

@@ -32,6 +32,7 @@ MAX_ERROR_SNIPPET = 200
 
 class _TokenDetails(TypedDict, total=False):
     cached_tokens: int | None
+    cache_write_tokens: int | None
     reasoning_tokens: int | None
 
 
@@ -137,6 +138,7 @@ def to_usage(usage: WireUsage) -> Usage:
         prompt_tokens=usage.get("prompt_tokens") or 0,
         completion_tokens=usage.get("completion_tokens") or 0,
         cached_tokens=prompt.get("cached_tokens") or 0,
+        cache_write_tokens=prompt.get("cache_write_tokens") or 0,
         reasoning_tokens=completion.get("reasoning_tokens") or 0,
     )
 
