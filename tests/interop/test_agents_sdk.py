@@ -1,0 +1,154 @@
+"""The OpenAI Agents SDK (``openai-agents``, in ``pyproject.toml``) with both of its models —
+``OpenAIResponsesModel`` and ``OpenAIChatCompletionsModel`` — against Hatchway: a plain and a
+streamed run (``run_streamed``), a second turn, an ``agent:`` model running the MCP loop in the
+gateway, the confirmation flow of an agent with ``tool_policies.yaml``, and the upstream's 429 and
+a wrong key as the ``openai`` exceptions the SDK lets through. Its function-tool round trip, in
+each way it can continue a conversation, is ``tests/api/test_responses_agents_sdk.py``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import openai
+import pytest
+
+os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")  # tests stay offline
+
+import agents
+
+from tests.support.agent_loop import write_plugin
+from tests.support.contas import ANSWER, ASK, QUESTION, RunningContas
+from tests.support.mcp_servers import McpTestServer
+from tests.support.scripted_llm import Reply, ScriptedLLM
+
+APIS = ["responses", "chat"]
+T = TypeVar("T")
+
+
+@pytest.fixture(autouse=True)
+def _tracing_off() -> None:
+    agents.set_tracing_disabled(True)
+
+
+def run(
+    gateway,
+    api: str,
+    scenario: Callable[[Any], Coroutine[Any, Any, T]],
+    *,
+    model: str = "gpt-4o",
+    key: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> T:
+    """``scenario(sdk_model)`` in one event loop, with a client of its own closed after."""
+
+    async def go() -> T:
+        client = openai.AsyncOpenAI(
+            base_url=f"{gateway.url}/v1", api_key=key or gateway.key, max_retries=0, default_headers=headers
+        )
+        try:
+            if api == "responses":
+                sdk_model: Any = agents.OpenAIResponsesModel(model=model, openai_client=client)
+            else:
+                sdk_model = agents.OpenAIChatCompletionsModel(model=model, openai_client=client)
+            return await scenario(sdk_model)
+        finally:
+            await client.close()
+
+    return asyncio.run(go())
+
+
+SETTINGS = agents.RunConfig(tracing_disabled=True)
+
+
+async def streamed(agent: agents.Agent, prompt: Any) -> Any:
+    result = agents.Runner.run_streamed(agent, prompt, run_config=SETTINGS)
+    async for _ in result.stream_events():
+        pass
+    return result
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_plain_streamed_and_a_second_turn(gateway, llm: ScriptedLLM, api: str) -> None:
+    llm.handler = lambda body: Reply(text=f"Turn {sum(1 for m in body['messages'] if m['role'] == 'user')}.")
+
+    async def scenario(model: Any) -> tuple[str, str]:
+        agent = agents.Agent(name="a", instructions="Answer.", model=model)
+        first = await agents.Runner.run(agent, "hello", run_config=SETTINGS)
+        second = await streamed(agent, [*first.to_input_list(), {"role": "user", "content": "again"}])
+        return str(first.final_output), str(second.final_output)
+
+    assert run(gateway, api, scenario) == ("Turn 1.", "Turn 2.")
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_an_agent_model_runs_the_mcp_loop_streamed(
+    mcp_server_factory: Callable[..., McpTestServer],
+    gateway_factory,
+    llm: ScriptedLLM,
+    tmp_path: Path,
+    api: str,
+) -> None:
+    server = mcp_server_factory("calc")
+    plugin = write_plugin(
+        tmp_path, "calc", {"mcp_servers": [{"id": "calc", "url": server.url, "tools": ["add"]}]}
+    )
+    gateway = gateway_factory(
+        allow_private_mcp_urls=True,
+        agents=[{"name": "calc", "model": "gpt-4o", "instructions": "Add.", "plugin": plugin}],
+    )
+
+    def adder(body: dict[str, Any]) -> Reply:
+        last = body["messages"][-1]
+        if last["role"] == "tool":
+            return Reply(text=f"The sum is {last['content']}")
+        return Reply(tool_calls=[("calc__add", {"a": 2, "b": 3})])
+
+    llm.handler = adder
+
+    async def scenario(model: Any) -> str:
+        result = await streamed(agents.Agent(name="calc", model=model), "add 2 and 3")
+        return str(result.final_output)
+
+    output = run(gateway, api, scenario, model="agent:calc")
+
+    assert output.startswith("The sum is") and "5" in output
+    assert server.tool_calls("add") == 1
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_the_confirmation_flow_of_an_agent_with_tool_policies(
+    agent_gateway, contas: RunningContas, api: str
+) -> None:
+    headers = {"X-On-Behalf-Of": "ana", "hatchway-session": f"agents-sdk-{api}"}
+    executions_when_asked: list[int] = []
+
+    async def scenario(model: Any) -> tuple[str, str]:
+        agent = agents.Agent(name="contas", model=model)
+        asked = await agents.Runner.run(agent, ASK, run_config=SETTINGS)
+        executions_when_asked.append(contas.backend.stats()["total_executions"])
+        turn = [*asked.to_input_list(), {"role": "user", "content": "sim"}]
+        confirmed = await agents.Runner.run(agent, turn, run_config=SETTINGS)
+        return str(asked.final_output), str(confirmed.final_output)
+
+    assert run(agent_gateway, api, scenario, model="agent:contas", headers=headers) == (QUESTION, ANSWER)
+    assert executions_when_asked == [0]
+    assert list(contas.backend.executions.values()) == [1]
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_an_upstream_429_and_a_wrong_key_are_the_openai_exceptions(
+    gateway, llm: ScriptedLLM, api: str
+) -> None:
+    llm.reply(status=429, error="slow down")
+
+    async def ask(model: Any) -> Any:
+        return await streamed(agents.Agent(name="a", model=model), "hi")
+
+    with pytest.raises(openai.RateLimitError):
+        run(gateway, api, ask)
+    with pytest.raises(openai.AuthenticationError):
+        run(gateway, api, ask, key="hw-wrong")
