@@ -51,7 +51,7 @@ class DelegationScript:
 
 
 def test_three_children_fan_out_in_parallel_and_resume_the_parent_once(gateway, llm: ScriptedLLM) -> None:
-    script = DelegationScript(["alpha", "beta", "gamma"], child_delay=0.5)
+    script = DelegationScript(["alpha", "beta", "gamma"], child_delay=1.0)
     llm.handler = script
     settings = DelegationSettings(model="gpt-4o", on_behalf_of="user-42")
 
@@ -59,8 +59,10 @@ def test_three_children_fan_out_in_parallel_and_resume_the_parent_once(gateway, 
     result = delegate(gateway.client(), "research three things", settings)
     elapsed = time.monotonic() - started
 
-    assert elapsed < 1.2, f"delegation took {elapsed:.2f}s; three 0.5 s children in sequence take ≥ 1.5 s"
-    assert max_overlap(script.child_starts, 0.5) == 3
+    # The overlap proves the fan-out; the bound is generous (1.5 s under the sequential 3 s), as a
+    # loaded two-core machine running the suite on two workers adds its own delays.
+    assert max_overlap(script.child_starts, 1.0) == 3
+    assert elapsed < 2.5, f"delegation took {elapsed:.2f}s; three 1 s children in sequence take ≥ 3 s"
     assert result.output_text == "final: result of alpha; result of beta; result of gamma"
     assert len(result.parent_response_ids) == 2 and len(script.parent_requests) == 2  # resumed once
     assert [r["ok"] for r in result.child_results] == [True, True, True]

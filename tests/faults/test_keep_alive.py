@@ -5,6 +5,7 @@ default). ``keep_alive_timeout_seconds`` (20 s) is longer than httpx's, undici's
 
 from __future__ import annotations
 
+import json
 import select
 import socket
 import time
@@ -52,3 +53,28 @@ def test_the_gateway_closes_a_connection_idle_longer_than_the_knob(serve: Serve)
         started = time.monotonic()
         assert closed_within(sock, 10)
         assert time.monotonic() - started >= 0.8
+
+
+def test_a_bug_answers_500_in_openais_shape_and_the_connection_serves_on(gateway) -> None:
+    """A route that raises (a bug: none is known, so a route is added that does) answers 500 with
+    OpenAI's error body, and the kept-alive connection is not dropped: the client's next request on
+    it is answered (the report: 5 of 5 next requests were reset)."""
+    app = gateway.server.server.config.app
+
+    async def broken() -> None:
+        raise RuntimeError("a bug")
+
+    app.add_api_route("/v1/broken", broken, methods=["GET"])
+    with connect(gateway.url) as sock:
+        sock.sendall(b"GET /v1/broken HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
+        data = b""
+        while not data.rstrip().endswith(b"}"):
+            chunk = sock.recv(65536)
+            assert chunk, f"connection closed after the 500: {data!r}"
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 500") and b"connection: close" not in head.lower()
+        assert json.loads(body) == {
+            "error": {"message": "Internal error.", "type": "server_error", "param": None, "code": None}
+        }
+        assert answered(sock).startswith(b"HTTP/1.1 200")

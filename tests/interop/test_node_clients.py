@@ -1,6 +1,6 @@
 """The Node clients, pinned in ``.ci/node-tools.json``: the ``openai`` package (Chat Completions and
 Responses) and the Vercel AI SDK (``openai.chat()``, ``openai.responses()`` with ``store`` true and
-false, ``@ai-sdk/openai-compatible``), each driven by ``tests/interop/node/clients.cjs`` against
+false, ``@ai-sdk/openai-compatible``), each driven by ``tests/interop/drivers/node_clients.cjs`` against
 Hatchway with a base URL and a key: plain and streamed answers, a client tool round trip, a second
 turn (the Vercel Responses provider replays stored output as ``item_reference`` items), an
 ``agent:`` model running the MCP loop, the confirmation flow of an agent with ``tool_policies.yaml``,
@@ -22,7 +22,7 @@ from tests.support.mcp_servers import McpTestServer
 from tests.support.node_tools import node_env, package_file, tools_dir
 from tests.support.scripted_llm import Reply, ScriptedLLM
 
-SCRIPT = Path(__file__).parent / "node" / "clients.cjs"
+SCRIPT = Path(__file__).parent / "drivers" / "node_clients.cjs"
 CLIENTS = [
     "openai-chat",
     "openai-responses",

@@ -1,6 +1,6 @@
 // Drives one Node client against Hatchway and prints what happened as one JSON line.
 //
-//   node clients.cjs <client> <scenario>      (GATEWAY_URL, API_KEY, MODEL in the environment)
+//   node node_clients.cjs <client> <scenario>      (GATEWAY_URL, API_KEY, MODEL in the environment)
 //
 // Clients: openai-chat, openai-responses (the `openai` package), vercel-chat (`openai.chat()`),
 // vercel-responses (`openai.responses()`, store true), vercel-responses-unstored (store false),
