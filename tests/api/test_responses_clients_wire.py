@@ -323,3 +323,27 @@ def test_a_stored_error_is_in_openais_shape_with_what_the_upstream_reported(
         "upstream_400",
     )
     assert error["message"] == "bad image"
+
+
+def test_a_hosted_tools_credentials_are_neither_echoed_nor_stored(gateway, llm: ScriptedLLM) -> None:
+    llm.reply(text="ok")
+    hosted = {
+        "type": "mcp",
+        "server_label": "crm",
+        "server_url": "https://crm.example.com/mcp",
+        "headers": {"Authorization": "Bearer sk-client-secret"},
+        "authorization": "sk-client-secret",
+    }
+    answer = post(gateway, {"model": "gpt-4o", "input": "hi", "tools": [hosted]})
+
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-hatchway-ignored-params"] == "tools[0]:mcp"
+    stored = httpx.get(
+        f"{gateway.url}/v1/responses/{answer.json()['id']}",
+        headers={"authorization": f"Bearer {gateway.key}"},
+    )
+    for body in (answer.text, stored.text):
+        assert "sk-client-secret" not in body
+    assert stored.json()["tools"] == [
+        {"type": "mcp", "server_label": "crm", "server_url": "https://crm.example.com/mcp"}
+    ]

@@ -1,7 +1,9 @@
 """Codex CLI (``@openai/codex`` from npm, pinned in ``.ci/node-tools.json``) against Hatchway with
 nothing but a custom model provider (``wire_api = "responses"``) in its ``config.toml``: ``codex
-exec`` runs a shell command the model asks for and answers, an ``agent:`` model runs the MCP loop
-in the gateway, and ``codex exec resume --last`` continues the session.
+exec`` runs a shell command the model asks for and answers (Codex always streams), an ``agent:``
+model runs the MCP loop in the gateway, ``codex exec resume --last`` continues the session, an
+agent with ``tool_policies.yaml`` asks and a resumed "sim" confirms, and an upstream 429 and a wrong
+key end Codex with their status.
 
 Codex's requests are its own (namespaced tools, a hosted ``web_search`` tool, ``client_metadata``,
 ``include``, ``store: false``): no shim, no flag beyond the provider config. The model is the
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.agent_loop import write_plugin
+from tests.support.contas import ANSWER, ASK, QUESTION, RunningContas
 from tests.support.mcp_servers import McpTestServer
 from tests.support.node_tools import node_env, package_file
 from tests.support.scripted_llm import Reply, ScriptedLLM
@@ -22,8 +25,16 @@ from tests.support.scripted_llm import Reply, ScriptedLLM
 SHELL_TOOLS = ("exec_command", "shell_command", "shell")
 
 
-def codex(gateway, tmp_path: Path, *args: str, model: str = "gpt-4o") -> subprocess.CompletedProcess[str]:
-    """``codex exec …`` in ``tmp_path/work``, its home (config, sessions) in ``tmp_path/codex``."""
+def codex(
+    gateway,
+    tmp_path: Path,
+    *args: str,
+    model: str = "gpt-4o",
+    key: str | None = None,
+    provider: str = "",
+) -> subprocess.CompletedProcess[str]:
+    """``codex exec …`` in ``tmp_path/work``, its home (config, sessions) in ``tmp_path/codex``;
+    ``provider``: more lines of the provider block (``http_headers``, retries)."""
     script = package_file("@openai/codex", "bin/codex.js")
     home, work = tmp_path / "codex", tmp_path / "work"
     home.mkdir(exist_ok=True)
@@ -35,9 +46,9 @@ def codex(gateway, tmp_path: Path, *args: str, model: str = "gpt-4o") -> subproc
         'name = "Hatchway"\n'
         f'base_url = "{gateway.url}/v1"\n'
         'env_key = "HATCHWAY_API_KEY"\n'
-        'wire_api = "responses"\n'
+        'wire_api = "responses"\n' + provider
     )
-    env = {**node_env(), "CODEX_HOME": str(home), "HATCHWAY_API_KEY": gateway.key, "NO_COLOR": "1"}
+    env = {**node_env(), "CODEX_HOME": str(home), "HATCHWAY_API_KEY": key or gateway.key, "NO_COLOR": "1"}
     return subprocess.run(
         [str(script), "exec", "--skip-git-repo-check", *args],
         cwd=work,
@@ -123,3 +134,39 @@ def test_an_agent_model_runs_the_mcp_loop_in_the_gateway(
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
     assert server.tool_calls("add") == 1  # run by the gateway, not by Codex
     assert "The sum is" in done.stdout and "5" in done.stdout.split("The sum is", 1)[1]
+
+
+def test_the_confirmation_flow_of_an_agent_with_tool_policies(
+    agent_gateway, contas: RunningContas, tmp_path: Path
+) -> None:
+    """``agent:contas`` asks before it cancels anything; ``codex exec resume --last "sim"`` confirms.
+    The end user and the session come from the provider block's ``http_headers``."""
+    headers = 'http_headers = { "X-On-Behalf-Of" = "ana", "hatchway-session" = "codex-1" }\n'
+
+    asked = codex(agent_gateway, tmp_path, ASK, model="agent:contas", provider=headers)
+    assert asked.returncode == 0, asked.stderr[-3000:]
+    assert QUESTION in asked.stdout and contas.backend.stats()["total_executions"] == 0
+
+    confirmed = codex(
+        agent_gateway, tmp_path, "resume", "--last", "sim", model="agent:contas", provider=headers
+    )
+    assert confirmed.returncode == 0, confirmed.stderr[-3000:]
+    assert ANSWER in confirmed.stdout
+    assert list(contas.backend.executions.values()) == [1]
+
+
+NO_RETRIES = "request_max_retries = 0\nstream_max_retries = 0\n"
+
+
+def test_an_upstream_429_and_a_wrong_key_end_codex_with_the_status(
+    gateway, llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    llm.handler = lambda _: Reply(status=429, error="slow down")
+    limited = codex(gateway, tmp_path, "hello", provider=NO_RETRIES)
+    assert limited.returncode != 0
+    assert (
+        "429" in limited.stdout + limited.stderr or "rate limit" in (limited.stdout + limited.stderr).lower()
+    )
+
+    refused = codex(gateway, tmp_path, "hello", key="hw-wrong", provider=NO_RETRIES)
+    assert refused.returncode != 0 and "401" in refused.stdout + refused.stderr

@@ -358,10 +358,13 @@ def check_hosted_tools(body: CreateResponseRequest, policy: str) -> None:
         )
 
 
+_HOSTED_CREDENTIALS = frozenset({"headers", "authorization"})
+
+
 def _tool_dict(tool: FunctionToolParam | NamespaceToolParam | HostedToolParam) -> dict[str, Any]:
     """A request tool as the Response object echoes it."""
-    if isinstance(tool, HostedToolParam):
-        return tool.model_dump()
+    if isinstance(tool, HostedToolParam):  # not its credentials (a hosted mcp tool's headers)
+        return {k: v for k, v in tool.model_dump().items() if k not in _HOSTED_CREDENTIALS}
     if isinstance(tool, NamespaceToolParam):
         tools = [_tool_dict(t) for t in tool.tools]
         return {"type": "namespace", "name": tool.name, "description": tool.description or "", "tools": tools}
