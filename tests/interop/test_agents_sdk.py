@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable, Coroutine
-from pathlib import Path
 from typing import Any, TypeVar
 
 import openai
@@ -20,9 +19,8 @@ os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")  # tests stay offlin
 
 import agents
 
-from tests.support.agent_loop import write_plugin
+from tests.interop.conftest import CalcGateway
 from tests.support.contas import ANSWER, ASK, QUESTION, RunningContas
-from tests.support.mcp_servers import McpTestServer
 from tests.support.scripted_llm import Reply, ScriptedLLM
 
 APIS = ["responses", "chat"]
@@ -85,29 +83,8 @@ def test_plain_streamed_and_a_second_turn(gateway, llm: ScriptedLLM, api: str) -
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_an_agent_model_runs_the_mcp_loop_streamed(
-    mcp_server_factory: Callable[..., McpTestServer],
-    gateway_factory,
-    llm: ScriptedLLM,
-    tmp_path: Path,
-    api: str,
-) -> None:
-    server = mcp_server_factory("calc")
-    plugin = write_plugin(
-        tmp_path, "calc", {"mcp_servers": [{"id": "calc", "url": server.url, "tools": ["add"]}]}
-    )
-    gateway = gateway_factory(
-        allow_private_mcp_urls=True,
-        agents=[{"name": "calc", "model": "gpt-4o", "instructions": "Add.", "plugin": plugin}],
-    )
-
-    def adder(body: dict[str, Any]) -> Reply:
-        last = body["messages"][-1]
-        if last["role"] == "tool":
-            return Reply(text=f"The sum is {last['content']}")
-        return Reply(tool_calls=[("calc__add", {"a": 2, "b": 3})])
-
-    llm.handler = adder
+def test_an_agent_model_runs_the_mcp_loop_streamed(calc_gateway: CalcGateway, api: str) -> None:
+    gateway, server = calc_gateway.gateway, calc_gateway.server
 
     async def scenario(model: Any) -> str:
         result = await streamed(agents.Agent(name="calc", model=model), "add 2 and 3")

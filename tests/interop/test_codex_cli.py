@@ -12,13 +12,11 @@ scripted upstream; the command runs for real, in Codex's read-only sandbox."""
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.support.agent_loop import write_plugin
+from tests.interop.conftest import CalcGateway
 from tests.support.contas import ANSWER, ASK, QUESTION, RunningContas
-from tests.support.mcp_servers import McpTestServer
 from tests.support.node_tools import node_env, package_file
 from tests.support.scripted_llm import Reply, ScriptedLLM
 
@@ -109,25 +107,8 @@ def test_codex_exec_resume_last_continues_the_session(gateway, llm: ScriptedLLM,
     assert "Turns so far:" in resumed.stdout
 
 
-def test_an_agent_model_runs_the_mcp_loop_in_the_gateway(
-    mcp_server_factory: Callable[..., McpTestServer], gateway_factory, llm: ScriptedLLM, tmp_path: Path
-) -> None:
-    server = mcp_server_factory("calc")
-    plugin = write_plugin(
-        tmp_path, "calc", {"mcp_servers": [{"id": "calc", "url": server.url, "tools": ["add"]}]}
-    )
-    gateway = gateway_factory(
-        allow_private_mcp_urls=True,
-        agents=[{"name": "calc", "model": "gpt-4o", "instructions": "Add.", "plugin": plugin}],
-    )
-
-    def model(body: dict[str, Any]) -> Reply:
-        messages = body["messages"]
-        if messages[-1]["role"] == "tool":
-            return Reply(text=f"The sum is {messages[-1]['content']}")
-        return Reply(tool_calls=[("calc__add", {"a": 2, "b": 3})])
-
-    llm.handler = model
+def test_an_agent_model_runs_the_mcp_loop_in_the_gateway(calc_gateway: CalcGateway, tmp_path: Path) -> None:
+    gateway, server = calc_gateway.gateway, calc_gateway.server
 
     done = codex(gateway, tmp_path, "add 2 and 3", model="agent:calc")
 

@@ -6,8 +6,6 @@ upstream's 429 and a wrong key as the ``openai`` exceptions LangChain raises."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import openai
@@ -16,10 +14,9 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 
-from tests.support.agent_loop import write_plugin
+from tests.interop.conftest import CalcGateway, conversation_model
 from tests.support.contas import ANSWER, ASK, QUESTION, RunningContas
-from tests.support.mcp_servers import McpTestServer
-from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.support.scripted_llm import ScriptedLLM
 
 APIS = ["chat", "responses"]
 
@@ -46,18 +43,9 @@ def get_weather(city: str) -> str:
     return "sunny"
 
 
-def weather_model(body: dict[str, Any]) -> Reply:
-    last = body["messages"][-1]
-    if last["role"] == "tool":
-        return Reply(text=f"It is {last['content']}.")
-    if "weather" in str(last.get("content")):
-        return Reply(tool_calls=[("get_weather", {"city": "Faro"})])
-    return Reply(text=f"Turn {sum(1 for m in body['messages'] if m['role'] == 'user')}.")
-
-
 @pytest.mark.parametrize("api", APIS)
 def test_plain_streamed_and_a_second_turn(gateway, llm: ScriptedLLM, api: str) -> None:
-    llm.handler = weather_model
+    llm.handler = conversation_model
     model = chat_model(gateway, api)
 
     first = model.invoke([HumanMessage("hello")])
@@ -70,7 +58,7 @@ def test_plain_streamed_and_a_second_turn(gateway, llm: ScriptedLLM, api: str) -
 
 @pytest.mark.parametrize("api", APIS)
 def test_a_client_tool_round_trip(gateway, llm: ScriptedLLM, api: str) -> None:
-    llm.handler = weather_model
+    llm.handler = conversation_model
     model = chat_model(gateway, api).bind_tools([get_weather])
     asked = [HumanMessage("what is the weather in Faro?")]
 
@@ -84,29 +72,8 @@ def test_a_client_tool_round_trip(gateway, llm: ScriptedLLM, api: str) -> None:
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_an_agent_model_runs_the_mcp_loop(
-    mcp_server_factory: Callable[..., McpTestServer],
-    gateway_factory,
-    llm: ScriptedLLM,
-    tmp_path: Path,
-    api: str,
-) -> None:
-    server = mcp_server_factory("calc")
-    plugin = write_plugin(
-        tmp_path, "calc", {"mcp_servers": [{"id": "calc", "url": server.url, "tools": ["add"]}]}
-    )
-    gateway = gateway_factory(
-        allow_private_mcp_urls=True,
-        agents=[{"name": "calc", "model": "gpt-4o", "instructions": "Add.", "plugin": plugin}],
-    )
-
-    def adder(body: dict[str, Any]) -> Reply:
-        last = body["messages"][-1]
-        if last["role"] == "tool":
-            return Reply(text=f"The sum is {last['content']}")
-        return Reply(tool_calls=[("calc__add", {"a": 2, "b": 3})])
-
-    llm.handler = adder
+def test_an_agent_model_runs_the_mcp_loop(calc_gateway: CalcGateway, api: str) -> None:
+    gateway, server = calc_gateway.gateway, calc_gateway.server
     model = chat_model(gateway, api, "agent:calc")
 
     streamed = "".join(text_of(chunk) for chunk in model.stream([HumanMessage("add 2 and 3")]))

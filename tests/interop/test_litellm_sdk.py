@@ -10,17 +10,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.agent_loop import write_plugin
+from tests.interop.conftest import CalcGateway, conversation_model
 from tests.support.contas import ANSWER, ASK, QUESTION, RunningContas
-from tests.support.mcp_servers import McpTestServer
 from tests.support.paths import ROOT
-from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.support.scripted_llm import ScriptedLLM
 
 VENV_PYTHON = ROOT / ".ci" / "litellm-venv" / "bin" / "python"
 DRIVER = Path(__file__).parent / "drivers" / "litellm_driver.py"
@@ -46,17 +44,6 @@ def drive(gateway, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     )
     assert done.returncode == 0 and done.stdout.strip(), done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def conversation_model(body: dict[str, Any]) -> Reply:
-    last = body["messages"][-1]
-    if last.get("content") == "rate-limit me":
-        return Reply(status=429, error="slow down")
-    if last["role"] == "tool":
-        return Reply(text=f"It is {last['content']}.")
-    if "weather" in str(last.get("content")):
-        return Reply(tool_calls=[("get_weather", {"city": "Faro"})])
-    return Reply(text=f"Turn {sum(1 for m in body['messages'] if m['role'] == 'user')}.")
 
 
 def test_both_apis_answer_stream_call_tools_continue_and_fail_as_litellm_errors(
@@ -88,25 +75,8 @@ def test_both_apis_answer_stream_call_tools_continue_and_fail_as_litellm_errors(
         assert (error["name"], error["status"]) == expected, error
 
 
-def test_an_agent_model_runs_the_mcp_loop(
-    mcp_server_factory: Callable[..., McpTestServer], gateway_factory, llm: ScriptedLLM, tmp_path: Path
-) -> None:
-    server = mcp_server_factory("calc")
-    plugin = write_plugin(
-        tmp_path, "calc", {"mcp_servers": [{"id": "calc", "url": server.url, "tools": ["add"]}]}
-    )
-    gateway = gateway_factory(
-        allow_private_mcp_urls=True,
-        agents=[{"name": "calc", "model": "gpt-4o", "instructions": "Add.", "plugin": plugin}],
-    )
-
-    def adder(body: dict[str, Any]) -> Reply:
-        last = body["messages"][-1]
-        if last["role"] == "tool":
-            return Reply(text=f"The sum is {last['content']}")
-        return Reply(tool_calls=[("calc__add", {"a": 2, "b": 3})])
-
-    llm.handler = adder
+def test_an_agent_model_runs_the_mcp_loop(calc_gateway: CalcGateway) -> None:
+    gateway, server = calc_gateway.gateway, calc_gateway.server
     tasks = [
         {"client": c, "scenario": s, "model": "agent:calc"} for c in CLIENTS for s in ("plain", "stream")
     ]

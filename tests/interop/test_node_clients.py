@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.agent_loop import write_plugin
+from tests.interop.conftest import CalcGateway, conversation_model
 from tests.support.contas import ANSWER, ASK, QUESTION, RunningContas
-from tests.support.mcp_servers import McpTestServer
 from tests.support.node_tools import node_env, package_file, tools_dir
-from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.support.scripted_llm import ScriptedLLM
 
 SCRIPT = Path(__file__).parent / "drivers" / "node_clients.cjs"
 CLIENTS = [
@@ -56,15 +54,6 @@ def drive(
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def conversation_model(body: dict[str, Any]) -> Reply:
-    last = body["messages"][-1]
-    if last["role"] == "tool":
-        return Reply(text=f"It is {last['content'].strip(chr(34))}.")
-    if "weather" in str(last.get("content")):
-        return Reply(tool_calls=[("get_weather", {"city": "Faro"})])
-    return Reply(text=f"Turn {sum(1 for m in body['messages'] if m['role'] == 'user')}.")
-
-
 @pytest.mark.parametrize("client", CLIENTS)
 def test_plain_streamed_a_tool_round_trip_and_a_second_turn(gateway, llm: ScriptedLLM, client: str) -> None:
     llm.handler = conversation_model
@@ -78,29 +67,8 @@ def test_plain_streamed_a_tool_round_trip_and_a_second_turn(gateway, llm: Script
 
 
 @pytest.mark.parametrize("client", CLIENTS)
-def test_an_agent_model_runs_the_mcp_loop(
-    mcp_server_factory: Callable[..., McpTestServer],
-    gateway_factory,
-    llm: ScriptedLLM,
-    tmp_path: Path,
-    client: str,
-) -> None:
-    server = mcp_server_factory("calc")
-    plugin = write_plugin(
-        tmp_path, "calc", {"mcp_servers": [{"id": "calc", "url": server.url, "tools": ["add"]}]}
-    )
-    gateway = gateway_factory(
-        allow_private_mcp_urls=True,
-        agents=[{"name": "calc", "model": "gpt-4o", "instructions": "Add.", "plugin": plugin}],
-    )
-
-    def adder(body: dict[str, Any]) -> Reply:
-        last = body["messages"][-1]
-        if last["role"] == "tool":
-            return Reply(text=f"The sum is {last['content']}")
-        return Reply(tool_calls=[("calc__add", {"a": 2, "b": 3})])
-
-    llm.handler = adder
+def test_an_agent_model_runs_the_mcp_loop(calc_gateway: CalcGateway, client: str) -> None:
+    gateway, server = calc_gateway.gateway, calc_gateway.server
 
     for scenario in ("plain", "stream"):
         answer = drive(gateway, client, scenario, model="agent:calc")

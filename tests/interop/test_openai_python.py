@@ -9,18 +9,13 @@ The rest of what this client does is tested where the feature is: the confirmati
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 import openai
 import pytest
 from pydantic import BaseModel
 
-from tests.support.agent_loop import write_plugin
-from tests.support.mcp_servers import McpTestServer
-from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.interop.conftest import CalcGateway, conversation_model
+from tests.support.scripted_llm import ScriptedLLM
 
 WEATHER_CHAT = {
     "type": "function",
@@ -30,17 +25,6 @@ WEATHER_CHAT = {
     },
 }
 WEATHER = {"type": "function", "name": "get_weather", "parameters": WEATHER_CHAT["function"]["parameters"]}
-
-
-def conversation_model(body: dict[str, Any]) -> Reply:
-    last = body["messages"][-1]
-    if last["role"] == "tool":
-        return Reply(text=f"It is {last['content']}.")
-    if "weather" in str(last.get("content")):
-        return Reply(tool_calls=[("get_weather", {"city": "Faro"})])
-    if body.get("response_format"):
-        return Reply(text=json.dumps({"city": "Faro", "sunny": True}))
-    return Reply(text=f"Turn {sum(1 for m in body['messages'] if m['role'] == 'user')}.")
 
 
 class Forecast(BaseModel):
@@ -101,25 +85,8 @@ def test_a_client_tool_round_trip_on_both_apis(gateway, llm: ScriptedLLM) -> Non
     assert (fc.name, second.output_text) == ("get_weather", "It is sunny.")
 
 
-def test_async_client_and_an_agent_model_running_the_mcp_loop(
-    mcp_server_factory: Callable[..., McpTestServer], gateway_factory, llm: ScriptedLLM, tmp_path: Path
-) -> None:
-    server = mcp_server_factory("calc")
-    plugin = write_plugin(
-        tmp_path, "calc", {"mcp_servers": [{"id": "calc", "url": server.url, "tools": ["add"]}]}
-    )
-    gateway = gateway_factory(
-        allow_private_mcp_urls=True,
-        agents=[{"name": "calc", "model": "gpt-4o", "instructions": "Add.", "plugin": plugin}],
-    )
-
-    def adder(body: dict[str, Any]) -> Reply:
-        last = body["messages"][-1]
-        if last["role"] == "tool":
-            return Reply(text=f"The sum is {last['content']}")
-        return Reply(tool_calls=[("calc__add", {"a": 2, "b": 3})])
-
-    llm.handler = adder
+def test_async_client_and_an_agent_model_running_the_mcp_loop(calc_gateway: CalcGateway) -> None:
+    gateway, server = calc_gateway.gateway, calc_gateway.server
 
     async def both() -> list[str]:
         client = openai.AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key=gateway.key, max_retries=0)

@@ -7,8 +7,7 @@ with ``tool_policies.yaml``, and the upstream's 429 and a wrong key as its ``Mod
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
-from pathlib import Path
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import openai
@@ -18,10 +17,9 @@ from pydantic_ai.exceptions import ModelHTTPError
 from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
-from tests.support.agent_loop import write_plugin
+from tests.interop.conftest import CalcGateway, conversation_model
 from tests.support.contas import ANSWER, ASK, QUESTION, RunningContas
-from tests.support.mcp_servers import McpTestServer
-from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.support.scripted_llm import ScriptedLLM
 
 APIS = ["chat", "responses"]
 T = TypeVar("T")
@@ -58,20 +56,9 @@ async def streamed(agent: Agent, prompt: str, **kwargs: Any) -> str:
         return await result.get_output()
 
 
-def weather_model(body: dict[str, Any]) -> Reply:
-    """Ask for the client's ``get_weather`` tool, then answer with what it returned."""
-    last = body["messages"][-1]
-    if last["role"] == "tool":
-        return Reply(text=f"It is {last['content']}.")
-    if "weather" in str(last.get("content")):
-        return Reply(tool_calls=[("get_weather", {"city": "Faro"})])
-    users = [m for m in body["messages"] if m["role"] == "user"]
-    return Reply(text=f"Turn {len(users)}.")
-
-
 @pytest.mark.parametrize("api", APIS)
 def test_plain_and_streamed_answers_and_a_second_turn(gateway, llm: ScriptedLLM, api: str) -> None:
-    llm.handler = weather_model
+    llm.handler = conversation_model
     agent = Agent(model(gateway, api))
 
     async def turns() -> tuple[str, str]:
@@ -83,7 +70,7 @@ def test_plain_and_streamed_answers_and_a_second_turn(gateway, llm: ScriptedLLM,
 
 @pytest.mark.parametrize("api", APIS)
 def test_a_client_tool_round_trip(gateway, llm: ScriptedLLM, api: str) -> None:
-    llm.handler = weather_model
+    llm.handler = conversation_model
     agent = Agent(model(gateway, api))
     asked: list[str] = []
 
@@ -101,29 +88,8 @@ def test_a_client_tool_round_trip(gateway, llm: ScriptedLLM, api: str) -> None:
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_an_agent_model_runs_the_mcp_loop_streamed(
-    mcp_server_factory: Callable[..., McpTestServer],
-    gateway_factory,
-    llm: ScriptedLLM,
-    tmp_path: Path,
-    api: str,
-) -> None:
-    server = mcp_server_factory("calc")
-    plugin = write_plugin(
-        tmp_path, "calc", {"mcp_servers": [{"id": "calc", "url": server.url, "tools": ["add"]}]}
-    )
-    gateway = gateway_factory(
-        allow_private_mcp_urls=True,
-        agents=[{"name": "calc", "model": "gpt-4o", "instructions": "Add.", "plugin": plugin}],
-    )
-
-    def adder(body: dict[str, Any]) -> Reply:
-        last = body["messages"][-1]
-        if last["role"] == "tool":
-            return Reply(text=f"The sum is {last['content']}")
-        return Reply(tool_calls=[("calc__add", {"a": 2, "b": 3})])
-
-    llm.handler = adder
+def test_an_agent_model_runs_the_mcp_loop_streamed(calc_gateway: CalcGateway, api: str) -> None:
+    gateway, server = calc_gateway.gateway, calc_gateway.server
     agent = Agent(model(gateway, api, "agent:calc"))
 
     output = run(streamed(agent, "add 2 and 3"))
