@@ -121,7 +121,7 @@ def test_delegation_stops_at_max_tool_calls(gateway, llm: ScriptedLLM) -> None:
 
 
 def test_async_client_fans_out_too(gateway, llm: ScriptedLLM) -> None:
-    script = DelegationScript(["a", "b", "c"], child_delay=0.5)
+    script = DelegationScript(["a", "b", "c"], child_delay=1.0)
     llm.handler = script
 
     async def main():
@@ -134,6 +134,6 @@ def test_async_client_fans_out_too(gateway, llm: ScriptedLLM) -> None:
     started = time.monotonic()
     result = asyncio.run(main())
 
-    assert time.monotonic() - started < 1.2
-    assert max_overlap(script.child_starts, 0.5) == 3
+    assert max_overlap(script.child_starts, 1.0) == 3  # the fan-out; the bound is generous, as above
+    assert time.monotonic() - started < 2.5
     assert result.output_text == "final: result of a; result of b; result of c"
