@@ -1,9 +1,10 @@
 """The OpenAI Agents SDK (``openai-agents``, in ``pyproject.toml``) with both of its models —
 ``OpenAIResponsesModel`` and ``OpenAIChatCompletionsModel`` — against Hatchway: a plain and a
-streamed run (``run_streamed``), a second turn, an ``agent:`` model running the MCP loop in the
-gateway, the confirmation flow of an agent with ``tool_policies.yaml``, and the upstream's 429 and
-a wrong key as the ``openai`` exceptions the SDK lets through. Its function-tool round trip, in
-each way it can continue a conversation, is ``tests/api/test_responses_agents_sdk.py``."""
+streamed run (``run_streamed``), a function-tool round trip, a second turn, an ``agent:`` model
+running the MCP loop in the gateway, the confirmation flow of an agent with ``tool_policies.yaml``,
+and the upstream's 429 and a wrong key as the ``openai`` exceptions the SDK lets through. The tool
+round trip in each way the Responses model can continue a conversation is
+``tests/api/test_responses_agents_sdk.py``."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")  # tests stay offlin
 
 import agents
 
-from tests.interop.conftest import CalcGateway
+from tests.interop.conftest import CalcGateway, conversation_model
 from tests.support.contas import ANSWER, ASK, QUESTION, RunningContas
 from tests.support.scripted_llm import Reply, ScriptedLLM
 
@@ -80,6 +81,26 @@ def test_plain_streamed_and_a_second_turn(gateway, llm: ScriptedLLM, api: str) -
         return str(first.final_output), str(second.final_output)
 
     assert run(gateway, api, scenario) == ("Turn 1.", "Turn 2.")
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_client_tool_round_trip(gateway, llm: ScriptedLLM, api: str) -> None:
+    llm.handler = conversation_model
+    asked: list[str] = []
+
+    @agents.function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        asked.append(city)
+        return "sunny"
+
+    async def scenario(model: Any) -> str:
+        agent = agents.Agent(name="weather", model=model, tools=[get_weather])
+        result = await streamed(agent, "what is the weather in Faro?")
+        return str(result.final_output)
+
+    assert run(gateway, api, scenario) == "It is sunny."
+    assert asked == ["Faro"]
 
 
 @pytest.mark.parametrize("api", APIS)
