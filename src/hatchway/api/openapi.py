@@ -116,7 +116,7 @@ def _success_schemas() -> dict[tuple[str, str], tuple[str, type[BaseModel] | dic
     models = {**LIST_SCHEMA, "title": "ModelList"}
     models["properties"] = {
         **LIST_SCHEMA["properties"],
-        "data": {"type": "array", "items": {"$ref": f"#/components/schemas/{Model.__name__}"}},
+        "data": {"type": "array", "items": Model.model_json_schema()},  # a model with no $defs
     }
     listing: dict[str, Any] = LIST_SCHEMA
     return {
@@ -194,10 +194,6 @@ def _document_success(
         model_schema = success.model_json_schema(ref_template="#/components/schemas/{model}")
         components.update(model_schema.pop("$defs", {}))
         components[name] = model_schema
-    if name == "ModelList":
-        from openai.types import Model
-
-        components[Model.__name__] = Model.model_json_schema()
     content = _json({"$ref": f"#/components/schemas/{name}"})
     if streams:
         content.update(SSE)

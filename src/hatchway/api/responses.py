@@ -100,7 +100,7 @@ async def _prefetch(events: AsyncIterator[dict[str, Any]]) -> list[dict[str, Any
     head: list[dict[str, Any]] = []
     async for event in events:
         head.append(event)
-        if event["type"] not in ("response.created", "response.queued", "response.in_progress", "error"):
+        if event["type"] not in _BEFORE_OUTPUT or event["type"] == "response.failed":
             break
     return head
 

@@ -28,8 +28,14 @@ from hatchway.config.settings import Settings
 from hatchway.engine.context import Principal, RunContext
 from hatchway.engine.tools.mcp.forwarding import NEVER_FORWARDED
 from hatchway.errors import HatchwayError, NotFound, Unavailable
-from hatchway.responses.runs import ROUTE, ResponseRunner, error_object, stored_error
-from hatchway.responses.store import ResponseEnding, ResponseJob, ResponseJobRecord, ResponseRecord
+from hatchway.responses.runs import ROUTE, ResponseRunner, error_object
+from hatchway.responses.store import (
+    ResponseEnding,
+    ResponseJob,
+    ResponseJobRecord,
+    ResponseRecord,
+    stored_error,
+)
 from hatchway.responses.wire import CreateResponseRequest, response_object
 from hatchway.store.orgs import OrgStore
 from hatchway.tasks import TaskRegistry

@@ -30,7 +30,13 @@ from hatchway.responses.chain import (
 from hatchway.responses.compaction import open_compactions
 from hatchway.responses.events import EventLog, ResponseStreamWriter, terminal_event
 from hatchway.responses.items import item_of, output_records, output_text, split_namespaced, wire_items
-from hatchway.responses.store import ResponseEnding, ResponseJobRecord, ResponseRecord, ResponseStore
+from hatchway.responses.store import (
+    ResponseEnding,
+    ResponseJobRecord,
+    ResponseRecord,
+    ResponseStore,
+    stored_error,
+)
 from hatchway.responses.wire import CreateResponseRequest, parse_input, response_object, usage_object
 from hatchway.store.tables import utcnow
 from hatchway.tasks import TaskRegistry
@@ -439,20 +445,6 @@ RESPONSE_ERROR_CODES = frozenset(
     }
 )
 """The codes of OpenAI's ``ResponseError`` (``code`` is one of these in its schema)."""
-
-
-def stored_error(
-    code: str, message: str, hatchway_code: str, error_type: str = "server_error"
-) -> dict[str, Any]:
-    """A Response's ``error`` in OpenAI's shape (``code`` from its list, ``message``), with the
-    error's ``type`` and the gateway's own code (``hatchway_code``, docs/errors.md) beside them."""
-    return {
-        "code": code,
-        "message": message,
-        "type": error_type,
-        "param": None,
-        "hatchway_code": hatchway_code,
-    }
 
 
 def error_object(exc: HatchwayError, ctx: RunContext | None = None) -> dict[str, Any]:

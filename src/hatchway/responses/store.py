@@ -130,6 +130,20 @@ class ResponseEnding:
     incomplete_details: dict[str, Any] | None = None
 
 
+def stored_error(
+    code: str, message: str, hatchway_code: str, error_type: str = "server_error"
+) -> dict[str, Any]:
+    """A Response's ``error`` in OpenAI's shape (``code`` from its list, ``message``), with the
+    error's ``type`` and the gateway's own code (``hatchway_code``, docs/errors.md) beside them."""
+    return {
+        "code": code,
+        "message": message,
+        "type": error_type,
+        "param": None,
+        "hatchway_code": hatchway_code,
+    }
+
+
 class ResponseStore:
     """Org-scoped access to stored responses; ``owner`` names this process for leases."""
 
@@ -400,13 +414,7 @@ class ResponseStore:
     async def fail_expired(self, message: str) -> int:
         """Fail every active response whose owner stopped renewing its lease; returns how many."""
         now = utcnow()
-        error = {  # responses.runs.stored_error's shape (that module imports this one)
-            "code": "server_error",
-            "message": message,
-            "type": "server_error",
-            "param": None,
-            "hatchway_code": "interrupted",
-        }
+        error = stored_error("server_error", message, "interrupted")
         async with self.db.session() as s:
             result = await s.execute(
                 update(ResponseRecord)

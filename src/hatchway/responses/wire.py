@@ -32,7 +32,7 @@ _ACCEPTED_AND_IGNORED = {
 }
 """Request fields the OpenAI Responses API documents (and clients send: Codex CLI, the Agents SDK)
 that have no effect here: accepted, and named in the ``x-hatchway-ignored-params`` header when
-set. ``tests/api/test_responses_params.py`` keeps this and the SDK's parameters in step."""
+set. ``tests/api/test_responses_clients_wire.py`` keeps this and the SDK's parameters in step."""
 
 _REFUSED_WHEN_SET = {
     "conversation": "use previous_response_id (stored chains) or send the conversation as input",
@@ -240,41 +240,37 @@ class CreateResponseRequest(BaseModel):
         if isinstance(self.input, str) and not self.input and not self.previous_response_id:
             raise ValueError("input: must be a non-empty string or array of items")
         if isinstance(self.tool_choice, ToolChoiceFunctionParam):
-            if self.tool_choice.name not in {name for name, _ in self._functions()}:
+            if self.tool_choice.name not in {name for name, _, _ in self._functions()}:
                 raise ValueError(
                     f"tool_choice.name: no function tool named {self.tool_choice.name!r} in tools"
                 )
-        names = [name for name, _ in self._functions()]
+        names = [name for name, _, _ in self._functions()]
         if len(names) != len(set(names)):
             raise ValueError(
                 "tools: function tool names must be unique (a namespace's as <namespace>__<name>)"
             )
         return self
 
-    def _functions(self) -> list[tuple[str, FunctionToolParam]]:
-        """Every function tool with the name the model sees, namespaces flattened."""
-        out: list[tuple[str, FunctionToolParam]] = []
+    def _functions(self) -> list[tuple[str, str | None, FunctionToolParam]]:
+        """Every function tool: the name the model sees (namespaces flattened), its namespace."""
+        out: list[tuple[str, str | None, FunctionToolParam]] = []
         for tool in self.tools or []:
             if isinstance(tool, FunctionToolParam):
-                out.append((tool.name, tool))
+                out.append((tool.name, None, tool))
             elif isinstance(tool, NamespaceToolParam):
                 out.extend(
-                    (flat_name(tool.name, t.name), t) for t in tool.tools if isinstance(t, FunctionToolParam)
+                    (flat_name(tool.name, t.name), tool.name, t)
+                    for t in tool.tools
+                    if isinstance(t, FunctionToolParam)
                 )
         return out
 
     def client_tools(self) -> list[ToolSpec]:
-        return [tool.spec(name) for name, tool in self._functions()]
+        return [tool.spec(name) for name, _, tool in self._functions()]
 
     def namespaced(self) -> dict[str, tuple[str, str]]:
         """Flat name → (namespace, name) of every function tool inside a namespace."""
-        return {
-            flat_name(tool.name, t.name): (tool.name, t.name)
-            for tool in self.tools or []
-            if isinstance(tool, NamespaceToolParam)
-            for t in tool.tools
-            if isinstance(t, FunctionToolParam)
-        }
+        return {name: (namespace, tool.name) for name, namespace, tool in self._functions() if namespace}
 
     def hosted_tools(self) -> list[str]:
         """``tools[i]`` paths (with their type) of the tools the gateway does not offer the model."""
