@@ -451,7 +451,8 @@ def error_object(exc: HatchwayError, ctx: RunContext | None = None) -> dict[str,
     """The stored ``error`` of a response that failed with ``exc`` (the run's secrets scrubbed):
     what the upstream reported when it was the upstream (its code, when OpenAI's list has it)."""
     message = ctx.redact(exc.message) if ctx is not None else exc.message
-    code, error_type = "server_error", exc.error_type
+    code = "server_error"
+    error_type = exc.error_type
     if isinstance(exc, ProviderStatusError):
         upstream = (exc.body or {}).get("error") if isinstance(exc.body, dict) else None
         reported = upstream.get("code") if isinstance(upstream, dict) else None
