@@ -250,6 +250,21 @@ class McpAuthError(McpServerError):
     default_code = "mcp_auth_failed"
 
 
+class AuthorizationRequired(McpAuthError):
+    """The end user has not authorized this per-user OAuth server yet: ``link`` lets them do it.
+
+    The loop pauses on it with a message carrying the link; the user's next turn resumes the call."""
+
+    default_code = "authorization_required"
+
+    def __init__(self, server_id: str, link: str) -> None:
+        super().__init__(
+            f"{server_id}: the user must authorize this server first; open {link} and then ask again",
+        )
+        self.server_id = server_id
+        self.link = link
+
+
 class ToolTimeout(ToolError):
     """The tool did not answer within its server's ``timeout_ms``."""
 

@@ -10,7 +10,9 @@ from tests.conformance.checks import REPORTS
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not REPORTS:
         return
-    terminalreporter.section("MCP client conformance (@modelcontextprotocol/conformance 0.1.16)")
+    terminalreporter.section(
+        "MCP client conformance (@modelcontextprotocol/conformance 0.2.0-alpha.12 and 0.1.16)"
+    )
     for report in REPORTS:
         terminalreporter.write_line(report.summary())
         for check in report.checks:

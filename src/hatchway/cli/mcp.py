@@ -72,8 +72,47 @@ def probe(
     ] = None,
     server: Annotated[str | None, typer.Option("--server", help="The server id in --plugin.")] = None,
     org: Annotated[str | None, typer.Option("--org", help="Whose vault holds --plugin's secrets.")] = None,
-    call: Annotated[str | None, typer.Option("--call", help="Call this tool after listing.")] = None,
-    args: Annotated[str, typer.Option("--args", help="The tool's arguments as a JSON object.")] = "{}",
+    oauth: Annotated[
+        bool,
+        typer.Option(
+            "--oauth",
+            help="Authorize as yourself (authorization code + PKCE): prints the link, opens a browser "
+            "and waits for the redirect on a loopback port.",
+        ),
+    ] = False,
+    oauth_headless: Annotated[
+        bool,
+        typer.Option(
+            "--oauth-headless",
+            help="Like --oauth, but follow the authorization endpoint's redirect without a browser "
+            "(test authorization servers that approve at once).",
+        ),
+    ] = False,
+    client_metadata_url: Annotated[
+        str | None,
+        typer.Option(
+            "--client-metadata-url", help="--oauth: an https Client ID Metadata Document to use as client id."
+        ),
+    ] = None,
+    redirect_port: Annotated[
+        int,
+        typer.Option("--redirect-port", help="--oauth: the loopback port of the redirect.", min=1, max=65535),
+    ] = 8976,
+    call: Annotated[
+        list[str] | None, typer.Option("--call", help="Call this tool after listing (repeat for several).")
+    ] = None,
+    args: Annotated[
+        list[str] | None,
+        typer.Option("--args", help="The arguments of the --call in the same position, as a JSON object."),
+    ] = None,
+    answer: Annotated[
+        str | None,
+        typer.Option(
+            "--answer",
+            help="Accept the tools' questions (MRTR elicitation) with this JSON object over the "
+            "schema's defaults; without it they are declined.",
+        ),
+    ] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds for the whole probe.", min=0.1)] = 30.0,
     config: ConfigOption = DEFAULT_CONFIG,
 ) -> None:
@@ -100,8 +139,13 @@ def probe(
         plugin=plugin,
         server=server,
         org=org,
-        call=call,
-        args=args,
+        oauth=oauth,
+        oauth_headless=oauth_headless,
+        client_metadata_url=client_metadata_url,
+        redirect_port=redirect_port,
+        calls=call or [],
+        args=args or [],
+        answer=answer,
         timeout=timeout,
         config=config,
     )

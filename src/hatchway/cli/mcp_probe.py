@@ -8,6 +8,7 @@ server could not be reached or did not answer in time; 5 the server broke the pr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,11 @@ from hatchway.cli.mcp_target import PROBE_SERVER_ID, OAuthInputs, SecretInputs, 
 from hatchway.config.plugin import McpServerConfig, load_plugin
 from hatchway.engine.tools.mcp.auth import VaultCredentials
 from hatchway.engine.tools.mcp.auth.discovery import AuthorizationServer
+from hatchway.engine.tools.mcp.auth.user_oauth import HeadlessConsent, LoopbackConsent
+from hatchway.engine.tools.mcp.inputs import GivenAnswers
 from hatchway.engine.tools.mcp.probe import (
     GivenSecrets,
+    ProbeGrants,
     ProbeReport,
     ToolCall,
     failure_kind,
@@ -60,46 +64,84 @@ def run_probe(
     plugin: Path | None,
     server: str | None,
     org: str | None,
-    call: str | None,
-    args: str,
+    calls: list[str],
+    args: list[str],
     timeout: float,
     config: Path,
+    oauth: bool = False,
+    oauth_headless: bool = False,
+    client_metadata_url: str | None = None,
+    redirect_port: int = 8976,
+    answer: str | None = None,
 ) -> None:
     """The body of ``hatchway mcp probe`` (see ``cli/mcp.py`` for the options)."""
-    tool_call = _tool_call(call, args)
+    tool_calls = _tool_calls(calls, args)
+    answerer = GivenAnswers(_json_object(answer, "--answer") if answer is not None else None)
     target = Target(url=url, sse=sse, command=command, args=arg or [], timeout_ms=int(timeout * 1000))
-    oauth = OAuthInputs(oauth_token_url, client_id, client_auth, scope or [], kid, audience)
+    grant = "authorization_code" if oauth or oauth_headless else None
+    oauth_inputs = OAuthInputs(oauth_token_url, grant, client_id, client_auth, scope or [], kid, audience)
+    consent = _consent(oauth, oauth_headless, redirect_port, timeout)
     inputs = SecretInputs(
         bearer_env, bearer_stdin, client_secret_env, client_secret_stdin, private_key_file, private_key_stdin
     )
     if plugin is not None:
-        run = _from_plugin(plugin, server, org, config, tool_call, timeout)
+        run = _from_plugin(plugin, server, org, config, tool_calls, answerer, timeout)
     else:
         try:
             secrets = inputs.read(sys.stdin)  # before the spinner: stdin may be a terminal
         except HatchwayError as exc:
             raise fail(exc.message, EXIT_USAGE) from None
-        run = _from_options(target, oauth, secrets, tool_call, timeout)
+        grants = None
+        if consent is not None:
+            grants = ProbeGrants(
+                consent,
+                redirect_uri=consent.redirect_uri,
+                client_id=client_id,
+                client_metadata_url=client_metadata_url,
+                auth_method=client_auth,
+            )
+        run = _from_options(target, oauth_inputs, secrets, tool_calls, answerer, grants, timeout)
     label = url or command or f"{plugin}#{server or ''}"
-    with err_console.status(f"Connecting to {label}…"):
+    # The loopback consent prints a link the person must follow: no spinner over it.
+    status = err_console.status(f"Connecting to {label}…") if not oauth else contextlib.nullcontext()
+    with status:
         report = _run(run, label)
-    _print(report, tool_call)
-    if report.result is not None and report.result.is_error:
+    _print(report)
+    failed = any(isinstance(outcome, ToolError) or outcome.is_error for _call, outcome in report.results)
+    if failed:
         raise typer.Exit(EXIT_TOOL_ERROR)
 
 
-def _tool_call(call: str | None, args: str) -> ToolCall | None:
+def _consent(oauth: bool, headless: bool, port: int, timeout: float) -> Any:
+    if oauth and headless:
+        raise fail("give --oauth or --oauth-headless, not both", EXIT_USAGE)
+    if headless:
+        return HeadlessConsent(redirect_uri=f"http://127.0.0.1:{port}/callback", timeout=timeout)
+    if oauth:
+        return LoopbackConsent(
+            port=port,
+            announce=lambda link: err_console.print(f"Open this link to authorize:\n{link}", highlight=False),
+            timeout=timeout,
+        )
+    return None
+
+
+def _json_object(text: str, option: str) -> dict[str, Any]:
     try:
-        arguments = orjson.loads(args)
+        value = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
-        raise fail(f"--args: not valid JSON ({exc})", EXIT_USAGE) from None
-    if not isinstance(arguments, dict):
-        raise fail("--args: must be a JSON object, e.g. '{\"a\": 1}'", EXIT_USAGE)
-    if call is None:
-        if arguments:
-            raise fail("--args needs --call TOOL", EXIT_USAGE)
-        return None
-    return ToolCall(call, arguments)
+        raise fail(f"{option}: not valid JSON ({exc})", EXIT_USAGE) from None
+    if not isinstance(value, dict):
+        raise fail(f"{option}: must be a JSON object, e.g. '{{\"a\": 1}}'", EXIT_USAGE)
+    return value
+
+
+def _tool_calls(calls: list[str], args: list[str]) -> list[ToolCall]:
+    if len(args) > len(calls):
+        raise fail("--args needs a --call TOOL before it (one --args per --call)", EXIT_USAGE)
+    arguments = [_json_object(text, "--args") for text in args]
+    arguments += [{}] * (len(calls) - len(arguments))
+    return [ToolCall(name, given) for name, given in zip(calls, arguments, strict=True)]
 
 
 def _run(coroutine: Any, label: str) -> ProbeReport:
@@ -116,22 +158,38 @@ def _run(coroutine: Any, label: str) -> ProbeReport:
 
 
 async def _from_options(
-    target: Target, oauth: OAuthInputs, secrets: dict[str, str], call: ToolCall | None, seconds: float
+    target: Target,
+    oauth: OAuthInputs,
+    secrets: dict[str, str],
+    calls: list[ToolCall],
+    answerer: GivenAnswers,
+    grants: ProbeGrants | None,
+    seconds: float,
 ) -> ProbeReport:
     server, discovered = await build_server(target, oauth, secrets)
     if discovered is not None:
         _print_discovery(discovered)
-    credentials = VaultCredentials(GivenSecrets(secrets), MemoryCache(), allow_private_hosts=True)
-    return await probe_server(server, credentials, probe_context(timeout=seconds), call=call)
+    credentials = VaultCredentials(
+        GivenSecrets(secrets), MemoryCache(), allow_private_hosts=True, user_grants=grants
+    )
+    ctx = probe_context(timeout=seconds)
+    return await probe_server(server, credentials, ctx, calls=calls, answerer=answerer)
 
 
 async def _from_plugin(
-    path: Path, server_id: str | None, org: str | None, config: Path, call: ToolCall | None, seconds: float
+    path: Path,
+    server_id: str | None,
+    org: str | None,
+    config: Path,
+    calls: list[ToolCall],
+    answerer: GivenAnswers,
+    seconds: float,
 ) -> ProbeReport:
     server = _plugin_server(path, server_id)
     if server.auth.type == "none":
         credentials = VaultCredentials(GivenSecrets({}), MemoryCache())
-        return await probe_server(server, credentials, probe_context(timeout=seconds), call=call)
+        ctx = probe_context(timeout=seconds)
+        return await probe_server(server, credentials, ctx, calls=calls, answerer=answerer)
     if org is None:
         raise fail(
             f"server '{server.id}' uses auth {server.auth.type}: give --org (and --config) for the vault", 2
@@ -144,7 +202,7 @@ async def _from_plugin(
         vault = Vault(db, load_master_key(settings.master_key_file))
         credentials = VaultCredentials(vault, MemoryCache(), allow_private_hosts=True)
         ctx = probe_context(org_row.id, org_row.name, timeout=seconds)
-        return await probe_server(server, credentials, ctx, call=call)
+        return await probe_server(server, credentials, ctx, calls=calls, answerer=answerer)
     finally:
         await db.close()
 
@@ -170,7 +228,7 @@ def _print_discovery(found: AuthorizationServer) -> None:
     )
 
 
-def _print(report: ProbeReport, call: ToolCall | None) -> None:
+def _print(report: ProbeReport) -> None:
     name = report.server_name or "(unnamed server)"
     version = f" {report.server_version}" if report.server_version else ""
     console.print(
@@ -186,7 +244,11 @@ def _print(report: ProbeReport, call: ToolCall | None) -> None:
         arguments = ", ".join(f"{p}{'*' if p in required else ''}" for p in properties)
         table.add_row(tool.name, (tool.description or "").strip().split("\n")[0], arguments)
     console.print(table)
-    if call is not None and report.result is not None:
-        status = "[red]error[/]" if report.result.is_error else "[green]ok[/]"
+    for call, outcome in report.results:
+        if isinstance(outcome, ToolError):
+            console.print(f"call {call.name}: [red]failed[/] ({outcome.code})", highlight=False)
+            console.print(outcome.message, highlight=False, markup=False, soft_wrap=True)
+            continue
+        status = "[red]error[/]" if outcome.is_error else "[green]ok[/]"
         console.print(f"call {call.name}: {status}", highlight=False)
-        console.print(report.result.text, highlight=False, markup=False, soft_wrap=True)
+        console.print(outcome.text, highlight=False, markup=False, soft_wrap=True)

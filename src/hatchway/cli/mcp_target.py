@@ -74,6 +74,8 @@ class SecretInputs:
 @dataclass
 class OAuthInputs:
     token_url: str | None = None
+    grant: str | None = None
+    """``authorization_code`` (``--oauth`` / ``--oauth-headless``): act as the person running the probe."""
     client_id: str | None = None
     client_auth: str | None = None
     scopes: list[str] = field(default_factory=list)
@@ -124,6 +126,12 @@ async def build_server(
         if oauth.client_id:
             raise InvalidRequest("give a bearer token or OAuth client credentials, not both")
         data["auth"] = {"type": "bearer", "secret_ref": f"secret.{BEARER}"}
+    elif oauth.grant == "authorization_code":
+        if target.url is None or target.command is not None:
+            raise InvalidRequest("--oauth needs an HTTP server URL")
+        if oauth.token_url is not None:
+            raise InvalidRequest("--oauth discovers the endpoints from the server; drop --oauth-token-url")
+        data["auth"] = _user_oauth_block(oauth, secrets)
     elif oauth.client_id or oauth.token_url:
         if target.url is None:
             raise InvalidRequest("OAuth needs an HTTP server URL")
@@ -157,6 +165,21 @@ def _oauth_block(
     if CLIENT_SECRET not in secrets:
         raise InvalidRequest("OAuth client credentials need --client-secret-stdin or --client-secret-env")
     return block | {"secret_ref": f"secret.{CLIENT_SECRET}"}
+
+
+def _user_oauth_block(oauth: OAuthInputs, secrets: dict[str, str]) -> dict[str, Any]:
+    if PRIVATE_KEY in secrets:
+        raise InvalidRequest("--oauth takes a client secret, not a private key")
+    block: dict[str, Any] = {"type": "oauth", "grant": "authorization_code", "scopes": list(oauth.scopes)}
+    if oauth.client_id:
+        block["client_id"] = oauth.client_id
+    elif CLIENT_SECRET in secrets:
+        raise InvalidRequest("a client secret needs --client-id (a pre-registered client)")
+    if CLIENT_SECRET in secrets:
+        block["secret_ref"] = f"secret.{CLIENT_SECRET}"
+    if oauth.client_auth:
+        block["client_auth"] = oauth.client_auth
+    return block
 
 
 def _default_method(secrets: dict[str, str], discovered: AuthorizationServer | None) -> str:

@@ -63,6 +63,8 @@ def _secret_ref(value: str | None) -> str | None:
 
 
 _OAUTH_ONLY = ("token_url", "client_id", "scopes", "client_auth", "private_key_ref", "kid", "audience")
+_CLIENT_CREDENTIALS_ONLY = ("token_url", "private_key_ref", "kid", "audience")
+_USER_AUTH_METHODS = ("client_secret_basic", "client_secret_post", "none")
 _JWT_ONLY = ("private_key_ref", "kid", "audience")
 
 
@@ -74,7 +76,10 @@ def _auth_schema(schema: dict[str, Any]) -> None:
             "then": {"required": ["secret_ref"]},
         },
         {
-            "if": {"properties": {"type": {"const": "oauth"}}, "required": ["type"]},
+            "if": {
+                "properties": {"type": {"const": "oauth"}, "grant": {"const": "client_credentials"}},
+                "required": ["type"],
+            },
             "then": {"required": ["token_url", "client_id"]},
         },
     ]
@@ -87,7 +92,15 @@ class McpAuth(_PluginModel):
 
     type: Literal["none", "bearer", "api_key", "oauth"] = "none"
     """``none``, ``bearer`` (``Authorization: Bearer <secret>``), ``api_key`` (``<header>: <secret>``)
-    or ``oauth`` (client_credentials)."""
+    or ``oauth`` (``grant`` says which)."""
+    grant: Literal["client_credentials", "authorization_code"] = "client_credentials"
+    """``type: oauth``: ``client_credentials`` authenticates the gateway as itself (``token_url``,
+    ``client_id``, ``secret_ref``); ``authorization_code`` acts as the end user (``X-On-Behalf-Of``):
+    each user authorizes the server once, through a link in the conversation, and the gateway keeps
+    their token in the vault and refreshes it. Its endpoints are discovered from the server (RFC 9728,
+    RFC 8414); ``client_id`` / ``secret_ref`` are a pre-registered client, else Hatchway's Client ID
+    Metadata Document (``public_base_url``) or dynamic registration; ``scopes`` add to what the server
+    asks for."""
     secret_ref: Annotated[str | None, AfterValidator(_secret_ref)] = None
     """``secret.<name>``: the vault entry (the token, the API key, or the OAuth client secret)."""
     header: str = "X-Api-Key"
@@ -98,8 +111,8 @@ class McpAuth(_PluginModel):
     """``type: oauth``: the client id at the token endpoint."""
     scopes: list[Annotated[str, AfterValidator(_scope_token)]] = Field(default_factory=list)
     """``type: oauth``: sent space-separated, so each is one RFC 6749 scope-token (no spaces)."""
-    client_auth: ClientAuth | None = Field(
-        default=None, validation_alias=AliasChoices("client_auth", "token_endpoint_auth_method")
+    client_auth: Literal["client_secret_basic", "client_secret_post", "private_key_jwt", "none"] | None = (
+        Field(default=None, validation_alias=AliasChoices("client_auth", "token_endpoint_auth_method"))
     )
     """How an ``oauth`` client authenticates at the token endpoint: ``client_secret_basic`` (HTTP Basic,
     the default), ``client_secret_post`` (in the form body), as RFC 6749 §2.3.1 allows, or
@@ -127,9 +140,14 @@ class McpAuth(_PluginModel):
         return value
 
     @property
+    def per_user(self) -> bool:
+        """Whether the gateway reaches the server as the end user (``grant: authorization_code``)."""
+        return self.type == "oauth" and self.grant == "authorization_code"
+
+    @property
     def method(self) -> ClientAuth:
-        """The token endpoint authentication actually used (``oauth`` only)."""
-        return self.client_auth or "client_secret_basic"
+        """The token endpoint authentication actually used (``grant: client_credentials`` only)."""
+        return self.client_auth if self.client_auth not in (None, "none") else "client_secret_basic"  # type: ignore[return-value]
 
     @model_validator(mode="after")
     def _complete(self) -> McpAuth:
@@ -146,6 +164,13 @@ class McpAuth(_PluginModel):
         return self
 
     def _check_oauth(self) -> None:
+        if self.grant == "authorization_code":
+            self._check_user_oauth()
+            return
+        if self.client_auth == "none":
+            raise ValueError(
+                "client_auth: none is for grant authorization_code; client_credentials authenticates"
+            )
         if self.token_url is None:
             raise ValueError("token_url: required for auth type oauth (an https token endpoint)")
         if not self.client_id:
@@ -166,6 +191,20 @@ class McpAuth(_PluginModel):
         for name in _JWT_ONLY:
             if getattr(self, name) is not None:
                 raise ValueError(f"{name}: only used with client_auth private_key_jwt")
+
+    def _check_user_oauth(self) -> None:
+        for name in _CLIENT_CREDENTIALS_ONLY:
+            if getattr(self, name) is not None:
+                raise ValueError(
+                    f"{name}: not used with grant authorization_code "
+                    "(the endpoints are discovered from the server)"
+                )
+        if self.client_auth is not None and self.client_auth not in _USER_AUTH_METHODS:
+            raise ValueError(
+                f"client_auth: with grant authorization_code, one of {', '.join(_USER_AUTH_METHODS)}"
+            )
+        if self.secret_ref is not None and self.client_id is None:
+            raise ValueError("secret_ref: the secret of a pre-registered client; give its client_id too")
 
 
 class McpServerConfig(_PluginModel):

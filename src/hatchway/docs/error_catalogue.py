@@ -113,6 +113,15 @@ MEANINGS: dict[str, str] = {
     "mcp_unauthorized": "The MCP server refused the credentials twice (HTTP 401, once more after a refresh).",
     "unknown_server": "A tool names an MCP server the bound plugin does not have.",
     "mcp_auth_failed": "Credentials for the MCP server could not be obtained; no request was sent.",
+    "authorization_required": "The end user has not authorized this per-user OAuth server yet; the "
+    "message carries the link (`/oauth/connect/{id}`) and the next turn resumes the call.",
+    "user_identity_required": "The server acts as the end user (`grant: authorization_code`) and the "
+    "request named none: send `X-On-Behalf-Of`.",
+    "oauth_flow_failed": "Authorizing as the end user failed (metadata, issuer, resource or token "
+    "checks); the message says which.",
+    "oauth_unavailable": "Per-user OAuth is not configured where this call ran.",
+    "mcp_input_unsupported": "The tool asked for a kind of input this client does not provide (MRTR).",
+    "mcp_input_rounds_exceeded": "The tool kept asking for input past the round limit.",
     "mcp_auth": "Credentials for the MCP server could not be built (e.g. a bad header value).",
     "oauth_bad_token_url": "The OAuth `token_url` is not allowed (https, or http to a loopback host only).",
     "oauth_unreachable": "The OAuth token endpoint could not be reached.",

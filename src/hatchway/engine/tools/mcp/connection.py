@@ -25,6 +25,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from hatchway.config.plugin import McpServerConfig
 from hatchway.engine.tools.mcp.http import RequestScope, scoped_http_client
+from hatchway.engine.tools.mcp.inputs import CallInputs, answer_server_request, roots_answer
 from hatchway.errors import McpServerError
 from hatchway.store.cache import Cache
 
@@ -118,6 +119,8 @@ class McpConnection:
         self.lost = asyncio.Event()
         """Set once the session has ended; the pool then replaces the connection."""
         self._client: Client | None = None
+        self.calls: list[CallInputs] = []
+        """Calls in flight that may be asked for input by the server (see ``answering``)."""
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[None] | None = None
@@ -181,6 +184,9 @@ class McpConnection:
                     cache=None,
                     client_info=_CLIENT_INFO,
                     message_handler=self._on_message,
+                    # Handshake-era servers ask during a call; the call's answerer replies (inputs.py).
+                    elicitation_callback=self._elicit,
+                    list_roots_callback=self._roots,
                 )
                 # A server that accepts the connection but never answers must not leave a
                 # half-open session that every later call waits on.
@@ -229,6 +235,23 @@ class McpConnection:
                     await self.listing.forget()
         except Exception as exc:  # no subscription: the listing still expires on its TTL
             logger.debug("MCP %s: no tools/list_changed subscription (%s)", self.server.id, _describe(exc))
+
+    @contextlib.contextmanager
+    def answering(self, call: CallInputs) -> Any:
+        """While the block runs, the server's input requests on this session may go to ``call``."""
+        self.calls.append(call)
+        try:
+            yield
+        finally:
+            self.calls.remove(call)
+
+    async def _elicit(self, _context: Any, params: Any) -> Any:
+        return await answer_server_request(
+            list(self.calls), types.ElicitRequest(method="elicitation/create", params=params)
+        )
+
+    async def _roots(self, _context: Any) -> Any:
+        return roots_answer()
 
     async def _on_message(self, message: Any) -> None:
         # Handshake-era servers push notifications/tools/list_changed on the session's stream.

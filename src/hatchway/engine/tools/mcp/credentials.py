@@ -8,9 +8,12 @@ client_credentials from secrets stored per organisation). ``server`` is the plug
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hatchway.engine.context import RunContext
+
+if TYPE_CHECKING:
+    import httpx2
 
 
 class McpCredentials(Protocol):
@@ -30,3 +33,8 @@ class McpCredentials(Protocol):
         forget that cached token so the next call fetches a fresh one. A token other than the
         refused one (already replaced by a concurrent call) is kept, so N calls refused at once
         cause one new fetch, not N. Credential failures are never retried by the pool."""
+
+    async def user_auth(self, server: Any, ctx: RunContext, *, trusted: bool) -> httpx2.Auth:
+        """The flow that authenticates requests to a per-user OAuth server (``grant:
+        authorization_code``) as the run's end user. Raises McpAuthError ``user_identity_required``
+        when the run has no end user: never the organisation's or another user's token."""

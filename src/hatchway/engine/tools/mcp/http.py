@@ -52,6 +52,10 @@ class RequestScope:
     """The transport error (connect, read…) of the last request that failed before any response."""
     failed: asyncio.Event = field(default_factory=asyncio.Event)
     """Set on a transport error, a 5xx or a 401/403/404: the answer will not come."""
+    auth: httpx2.Auth | None = None
+    """Authenticates the scope's requests as the end user (per-user OAuth); None: headers only."""
+    auth_failure: Exception | None = None
+    """Why ``auth`` could not authenticate (the user must authorize first, or the flow failed)."""
     reached: bool = False
     """Whether any request of this scope may have reached its server: it was answered, or it failed
     after its connection was open. False while every failure was a connection that never opened."""
@@ -59,6 +63,8 @@ class RequestScope:
     def record(self, status: int) -> None:
         self.status = status
         self.reached = True
+        if status in (401, 403) and self.auth is not None:
+            return  # the user's OAuth flow answers these itself (authorize, step up) and resends
         if status >= 500 or status in _FAILURE_STATUSES:
             self.failed.set()
 
@@ -82,14 +88,48 @@ _current: ContextVar[RequestScope | None] = ContextVar("hatchway_mcp_request_sco
 
 
 @contextmanager
-def request_scope(headers: dict[str, str]) -> Iterator[RequestScope]:
-    """Make ``headers`` apply to every MCP request sent from this task until the block ends."""
-    scope = RequestScope(headers=dict(headers))
+def request_scope(headers: dict[str, str], auth: httpx2.Auth | None = None) -> Iterator[RequestScope]:
+    """Make ``headers`` (and ``auth``) apply to every MCP request sent from this task until the block ends."""
+    scope = RequestScope(headers=dict(headers), auth=auth)
     token = _current.set(scope)
     try:
         yield scope
     finally:
         _current.reset(token)
+
+
+class ScopedAuth(httpx2.Auth):
+    """Runs the current scope's ``auth`` flow (per-user OAuth) on each request; a no-op without one.
+
+    One MCP connection's HTTP client serves many calls; the flow that authenticates a call belongs
+    to that call, like its headers. A failure of the flow (the user has not authorized yet, a
+    metadata check refused) is recorded on the scope, which is how the caller tells it apart from
+    a transport failure: the SDK reports both as a lost request.
+    """
+
+    async def async_auth_flow(self, request: httpx2.Request):  # type: ignore[no-untyped-def,override]
+        scope = _current.get()
+        auth = scope.auth if scope is not None else None
+        if auth is None:
+            yield request
+            return
+        flow = auth.async_auth_flow(request)
+        try:
+            outgoing = await flow.__anext__()
+            while True:
+                response = yield outgoing
+                outgoing = await flow.asend(response)
+        except StopAsyncIteration:
+            return
+        except Exception as exc:
+            assert scope is not None
+            scope.auth_failure = exc
+            scope.failed.set()
+            raise
+        finally:
+            # Closed here, in the task that drove it: the flow holds a lock across its requests,
+            # which only the task that took it may release (left to the garbage collector, it is not).
+            await flow.aclose()
 
 
 class EgressDenied(httpx2.ConnectError):
@@ -212,6 +252,7 @@ def scoped_http_client(*, guard: bool = False, max_answer_bytes: int | None = No
             httpx2.AsyncHTTPTransport(trust_env=False), guard=guard, max_answer_bytes=max_answer_bytes
         ),
         timeout=httpx2.Timeout(30.0, read=300.0),
+        auth=ScopedAuth(),
         follow_redirects=False,
         trust_env=False,
     )

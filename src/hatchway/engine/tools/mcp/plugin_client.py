@@ -31,9 +31,17 @@ from hatchway.engine.tools.mcp.http import (
     failed_before_sending,
     request_scope,
 )
+from hatchway.engine.tools.mcp.inputs import CallInputs, InputAnswerer, call_tool_with_inputs
 from hatchway.engine.tools.mcp.pool import McpServerPool
 from hatchway.engine.tools.mcp.results import to_call_result
-from hatchway.errors import HatchwayError, McpAuthError, McpServerError, ToolError, ToolTimeout
+from hatchway.errors import (
+    AuthorizationRequired,
+    HatchwayError,
+    McpAuthError,
+    McpServerError,
+    ToolError,
+    ToolTimeout,
+)
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -79,8 +87,11 @@ class PluginMcpClient:
         credentials: McpCredentials,
         guard_egress: bool = False,
         backoff_seconds: float = 0.1,
+        answerer: InputAnswerer | None = None,
     ) -> None:
         self.plugin = plugin
+        self.answerer = answerer
+        """Answers a tool's requests for input (MRTR); None: such a call fails with a clear error."""
         self.trusted = trusted
         """True for plugins from hatchway.yaml, False for inline ones (passed to the credentials)."""
         self.pool = pool
@@ -100,7 +111,7 @@ class PluginMcpClient:
 
     async def list_tools(self, server: McpServerConfig, ctx: RunContext) -> list[types.Tool]:
         """The server's tools (all of them; the toolset applies the allowlist)."""
-        listing = self.pool.listing(server, ctx.org_id, trusted=self.trusted)
+        listing = self.pool.listing(server, ctx.org_id, trusted=self.trusted, user=ctx.on_behalf_of)
         cached = await listing.fresh()
         if cached is not None:  # no session needed, even when the server is briefly away
             return cached
@@ -135,12 +146,17 @@ class PluginMcpClient:
         A failure that may have reached the tool is retried only for an idempotent tool (see
         ``delivery.py``), and with ``at_most_once`` (an operation's execution) not even then.
         """
-        listed = self.pool.listing(server, ctx.org_id, trusted=self.trusted).last_known()
+        listed = self.pool.listing(
+            server, ctx.org_id, trusted=self.trusted, user=ctx.on_behalf_of
+        ).last_known()
         at_most_once = at_most_once or not is_idempotent(server, tool, listed)
 
         async def operation(conn: McpConnection, scope: RequestScope) -> McpCallResult:
             async def send(client: Client) -> types.CallToolResult:
-                return await client.call_tool(tool, arguments, meta=meta)  # type: ignore[arg-type]
+                with conn.answering(CallInputs(server.id, tool, self.answerer)):
+                    return await call_tool_with_inputs(
+                        client, tool, arguments, server_id=server.id, answerer=self.answerer, meta=meta
+                    )
 
             return to_call_result(await conn.run(send, scope))
 
@@ -203,14 +219,19 @@ class PluginMcpClient:
         self, server: McpServerConfig, ctx: RunContext, op: Operation[T], *, at_most_once: bool = False
     ) -> T:
         headers = await self._headers(server, ctx)
+        auth = await self._user_auth(server, ctx)
         timeout = max(min(server.timeout_ms / 1000, ctx.remaining()), 0.001)
         connection: McpConnection | None = None
         sent = False  # handed to an open session: from then on it may have reached the tool
-        with request_scope(headers) as scope:
+        with request_scope(headers, auth) as scope:
             try:
                 async with asyncio.timeout(timeout):
                     connection = await self.pool.connection(
-                        server, ctx.org_id, trusted=self.trusted, guard=self.guard_egress
+                        server,
+                        ctx.org_id,
+                        trusted=self.trusted,
+                        guard=self.guard_egress,
+                        user=ctx.on_behalf_of,
                     )
                     sent = True
                     return await op(connection, scope)
@@ -233,12 +254,26 @@ class PluginMcpClient:
         # An SSE session does not survive a failed POST (the SDK's writer stops), a 401 included.
         if connection is not None and (server.kind == "sse" or connection.lost.is_set() or scope.error):
             await self.pool.discard(connection)
+        if scope.auth_failure is not None:
+            if connection is not None:
+                await self.pool.discard(connection)
+            raise user_auth_failure(server, scope.auth_failure, ctx)
         if scope.status == 401:
             raise _Unauthorized(headers)
         failure = _http_failure(server, scope) or failure
         if at_most_once and may_have_reached(failure, scope, sent=sent):
             raise outcome_unknown(failure)
         raise failure
+
+    async def _user_auth(self, server: McpServerConfig, ctx: RunContext) -> Any:
+        if not server.auth.per_user:
+            return None
+        try:
+            return await self.credentials.user_auth(server, ctx, trusted=self.trusted)
+        except ToolError:
+            raise
+        except HatchwayError as exc:
+            raise McpAuthError(f"{server.id}: {exc.message}", code=exc.code or "mcp_auth") from None
 
     async def _headers(self, server: McpServerConfig, ctx: RunContext) -> dict[str, str]:
         if server.kind == "stdio":
@@ -251,6 +286,21 @@ class PluginMcpClient:
         except HatchwayError as exc:  # a missing secret, a bad header value: not worth retrying
             raise McpAuthError(f"{server.id}: {exc.message}", code=exc.code or "mcp_auth") from None
         return {**forwarded, **auth}
+
+
+def user_auth_failure(server: McpServerConfig, failure: Exception, ctx: RunContext) -> ToolError:
+    """What a failed per-user OAuth flow means for the call: the user must authorize, or it failed."""
+    from hatchway.engine.tools.mcp.auth.user_oauth import AuthorizationPending
+
+    if isinstance(failure, AuthorizationPending):
+        return AuthorizationRequired(server.id, failure.link)
+    if isinstance(failure, ToolError):
+        return failure
+    return McpAuthError(
+        f"{server.id}: authorizing as the end user failed "
+        f"({ctx.redact(str(failure)) or type(failure).__name__})",
+        code="oauth_flow_failed",
+    )
 
 
 def _retryable(error: ToolError) -> bool:

@@ -31,16 +31,21 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def connection_key(server: McpServerConfig, org_id: str, *, trusted: bool) -> str:
+def connection_key(server: McpServerConfig, org_id: str, *, trusted: bool, user: str | None = None) -> str:
     """Sessions are per organisation, per trust level and per everything that identifies the
     server and its auth.
 
     Auth headers are added per call, but the handshake and the session's background stream carry
     the headers of the call that opened it, so two organisations never share a session; and an
-    inline plugin never rides an operator's session, which skips the egress checks.
+    inline plugin never rides an operator's session, which skips the egress checks. A server the
+    gateway reaches as the end user (per-user OAuth) has sessions and listings per end user too:
+    what a server lists and remembers may depend on who is asking.
     """
     identity = server.model_dump(include={"url", "command", "args", "transport", "auth"}, mode="json")
-    digest = hashlib.sha256(orjson.dumps([identity, trusted], option=orjson.OPT_SORT_KEYS)).hexdigest()[:24]
+    parts: list[object] = [identity, trusted]
+    if server.auth.per_user:
+        parts.append(user or "")
+    digest = hashlib.sha256(orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)).hexdigest()[:24]
     return f"{org_id}:{server.id}:{digest}"
 
 
@@ -92,7 +97,13 @@ class McpServerPool:
         return sum(1 for s in self._sessions.values() if not s.connection.lost.is_set())
 
     async def connection(
-        self, server: McpServerConfig, org_id: str, *, trusted: bool, guard: bool = False
+        self,
+        server: McpServerConfig,
+        org_id: str,
+        *,
+        trusted: bool,
+        guard: bool = False,
+        user: str | None = None,
     ) -> McpConnection:
         """The live session for ``server``, opening one when there is none (or the last one died).
 
@@ -101,14 +112,14 @@ class McpServerPool:
         """
         if self._closed:
             raise RuntimeError("the MCP pool is closed")
-        key = connection_key(server, org_id, trusted=trusted)
+        key = connection_key(server, org_id, trusted=trusted, user=user)
         session = self._sessions.get(key)
         if session is None or session.connection.lost.is_set():
             from hatchway.engine.tools.mcp.connection import McpConnection
 
             install_log_redaction()  # again: loggers of SDK modules imported since
             await self._make_room(org_id, key)
-            listing = self.listing(server, org_id, trusted=trusted)
+            listing = self.listing(server, org_id, trusted=trusted, user=user)
             connection = McpConnection(server, listing, guard=guard, max_answer_bytes=self.max_answer_bytes)
             connection.start()
             session = _Session(connection, org_id, trusted, self._clock())
@@ -166,9 +177,11 @@ class McpServerPool:
                 self._listings.pop(key, None)  # the shared cache keeps the listing for its TTL
         await asyncio.gather(*(s.connection.close() for s in sessions), return_exceptions=True)
 
-    def listing(self, server: McpServerConfig, org_id: str, *, trusted: bool) -> ToolListing:
+    def listing(
+        self, server: McpServerConfig, org_id: str, *, trusted: bool, user: str | None = None
+    ) -> ToolListing:
         """The cached tool listing of ``server`` for this organisation (kept across reconnects)."""
-        key = connection_key(server, org_id, trusted=trusted)
+        key = connection_key(server, org_id, trusted=trusted, user=user)
         listing = self._listings.get(key)
         if listing is None:
             from hatchway.engine.tools.mcp.connection import ToolListing

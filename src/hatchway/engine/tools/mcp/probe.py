@@ -8,15 +8,17 @@ over the vault or over values given to the CLI), timeouts and retries a run gets
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import mcp_types as types
 
 from hatchway.config.plugin import McpServerConfig, PluginConfig
 from hatchway.engine.context import Principal, RunContext
+from hatchway.engine.tools.mcp.auth.user_oauth import Consent, MemoryGrants, UserOAuth, pre_registered
 from hatchway.engine.tools.mcp.calls import McpCallResult
 from hatchway.engine.tools.mcp.credentials import McpCredentials
+from hatchway.engine.tools.mcp.inputs import InputAnswerer
 from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
 from hatchway.engine.tools.mcp.pool import McpServerPool
 from hatchway.errors import SecretNotFound, ToolError
@@ -34,8 +36,8 @@ class ProbeReport:
     server_version: str | None
     protocol_version: str | None
     tools: list[types.Tool]
-    result: McpCallResult | None = None
-    """The result of ``--call``, when a tool was called."""
+    results: list[tuple[ToolCall, McpCallResult | ToolError]] = field(default_factory=list)
+    """The outcome of each ``--call``, in order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,22 +51,77 @@ def probe_context(org_id: str = PROBE_ORG, org_name: str = PROBE_ORG, *, timeout
     return RunContext.from_headers(Principal(org_id=org_id, org_name=org_name), {}, deadline_seconds=timeout)
 
 
+class ProbeGrants:
+    """Per-user OAuth for the probe: the person running it is the end user, consenting as ``consent`` says.
+
+    One flow serves the whole probe (listing and calls), keeping its tokens in memory; nothing is
+    written anywhere.
+    """
+
+    needs_end_user = False
+
+    def __init__(
+        self,
+        consent: Consent,
+        *,
+        redirect_uri: str,
+        client_id: str | None = None,
+        client_metadata_url: str | None = None,
+        auth_method: str | None = None,
+    ) -> None:
+        self.consent = consent
+        self.redirect_uri = redirect_uri
+        self.client_id = client_id
+        self.client_metadata_url = client_metadata_url
+        self.auth_method = auth_method
+        self._flow: UserOAuth | None = None
+
+    async def flow(self, server: Any, ctx: RunContext, *, client_secret: str | None) -> UserOAuth:
+        if self._flow is None:
+            client = None
+            if self.client_id is not None:
+                client = pre_registered(self.client_id, client_secret, self.redirect_uri, self.auth_method)
+            self._flow = UserOAuth(
+                server.url,
+                redirect_uri=self.redirect_uri,
+                store=MemoryGrants(client),
+                consent=self.consent,
+                scopes=list(server.auth.scopes),
+                client_metadata_url=self.client_metadata_url,
+                auth_method=self.auth_method,
+                on_tokens=lambda tokens: _remember(ctx, tokens),
+            )
+        return self._flow
+
+
+def _remember(ctx: RunContext, tokens: Any) -> None:
+    """Tokens the flow obtained are secrets of the run: redacted wherever the run writes."""
+    for value in (tokens.access_token, tokens.refresh_token):
+        if value:
+            ctx.add_secret(value)
+
+
 async def probe_server(
     server: McpServerConfig,
     credentials: McpCredentials,
     ctx: RunContext,
     *,
-    call: ToolCall | None = None,
+    calls: list[ToolCall] | None = None,
+    answerer: InputAnswerer | None = None,
 ) -> ProbeReport:
-    """Connect, list the tools and (optionally) call one; ToolError says why it could not."""
+    """Connect, list the tools and (optionally) call some; ToolError says why it could not."""
     pool = McpServerPool(tools_ttl_seconds=0)
     client = PluginMcpClient(
-        PluginConfig(version="1", mcp_servers=[server]), trusted=True, pool=pool, credentials=credentials
+        PluginConfig(version="1", mcp_servers=[server]),
+        trusted=True,
+        pool=pool,
+        credentials=credentials,
+        answerer=answerer,
     )
     try:
         tools = await client.list_tools(server, ctx)
         # The listing opened the session (with the call's credentials); this only looks it up.
-        connection = await pool.connection(server, ctx.org_id, trusted=True)
+        connection = await pool.connection(server, ctx.org_id, trusted=True, user=ctx.on_behalf_of)
         info = connection.client.server_info
         report = ProbeReport(
             server_name=info.name if info else None,
@@ -72,11 +129,15 @@ async def probe_server(
             protocol_version=connection.protocol_version,
             tools=tools,
         )
-        if call is not None:
+        for call in calls or []:
             outcome = await client.call(server, call.name, call.arguments, ctx)
             if outcome.error is not None:
-                raise outcome.error
-            report.result = outcome.result
+                if len(calls or []) == 1:
+                    raise outcome.error
+                report.results.append((call, outcome.error))  # the others still run
+            else:
+                assert outcome.result is not None
+                report.results.append((call, outcome.result))
         return report
     finally:
         await pool.aclose()
@@ -90,7 +151,13 @@ _UNREACHABLE = frozenset(
 def failure_kind(error: ToolError) -> str:
     """``auth``, ``unreachable``, ``protocol`` or ``other``: what the CLI's exit code says."""
     code = error.code or ""
-    if code.startswith("oauth_") or code in {"mcp_unauthorized", "mcp_auth_failed", "secret_not_found"}:
+    if code.startswith("oauth_") or code in {
+        "mcp_unauthorized",
+        "mcp_auth_failed",
+        "secret_not_found",
+        "authorization_required",
+        "user_identity_required",
+    }:
         return "auth"
     if code in _UNREACHABLE:
         return "unreachable"

@@ -127,7 +127,7 @@ class McpToolset(Toolset):
             return None
         # Forwarded headers (tenant, end-user token…) can change the answer, so they are part of it.
         material = [
-            connection_key(server, ctx.org_id, trusted=self.client.trusted),
+            connection_key(server, ctx.org_id, trusted=self.client.trusted, user=ctx.on_behalf_of),
             tool,
             arguments,
             forwarded,

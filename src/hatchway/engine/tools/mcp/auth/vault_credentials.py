@@ -41,6 +41,19 @@ AUTH_TYPES = ("none", "bearer", "api_key", "oauth")
 DEFAULT_API_KEY_HEADER = "X-Api-Key"
 
 
+class UserGrants(Protocol):
+    """Makes the per-user OAuth flow of one (organisation, end user, server)."""
+
+    needs_end_user: bool
+    """Whether a run without an end user is refused (the gateway); the probe acts as its operator."""
+
+    async def flow(self, server: Any, ctx: RunContext, *, client_secret: str | None) -> Any: ...
+
+
+def per_user(server: Any) -> bool:
+    return bool(getattr(getattr(server, "auth", None), "per_user", False))
+
+
 def auth_type(server: Any) -> str:
     auth = getattr(server, "auth", None)
     return (getattr(auth, "type", None) or "none") if auth is not None else "none"
@@ -72,8 +85,11 @@ class VaultCredentials:
         token_timeout: float = 10.0,
         allow_private_hosts: bool = False,
         transport: httpx.AsyncBaseTransport | None = None,
+        user_grants: UserGrants | None = None,
     ) -> None:
         self.vault = vault
+        self.user_grants = user_grants
+        """Where per-user OAuth servers (``grant: authorization_code``) get their flows; None: refused."""
         # Tokens in the shared cache are sealed with the organisation's vault data key.
         sealer = vault if isinstance(vault, Vault) else ProcessSealer()
         self.tokens = TokenCache(cache, sealer=sealer, clock=clock)
@@ -89,6 +105,12 @@ class VaultCredentials:
         """At plan time: SecretNotFound (404) / PermissionDenied (403) before any tool is offered."""
         if auth_type(server) == "none":
             return
+        if per_user(server):  # the user's own token comes later; a pre-registered client's secret now
+            if server.auth.secret_ref is not None:
+                secret = await self._secret(server, ctx)
+                if not trusted:
+                    check_scope(secret, server)
+            return
         secret = await self._secret(server, ctx)
         if not trusted:
             check_scope(secret, server)
@@ -96,7 +118,7 @@ class VaultCredentials:
     async def auth_headers(self, server: Any, ctx: RunContext, *, trusted: bool) -> dict[str, str]:
         """Headers for one request to ``server``; McpAuthError when they cannot be had."""
         kind = auth_type(server)
-        if kind == "none":
+        if kind == "none" or per_user(server):  # per-user OAuth authenticates in ``user_auth``
             return {}
         try:
             secret = await self._secret(server, ctx)
@@ -126,10 +148,33 @@ class VaultCredentials:
         With ``refused`` (the headers the server turned down) only that token is dropped: calls
         refused together share one new token instead of each evicting the last one's.
         """
-        if auth_type(server) != "oauth":
+        if auth_type(server) != "oauth" or per_user(server):  # the user's flow handles its own 401s
             return
         bearer = _bearer_of(refused) if refused is not None else None
         await self.tokens.drop(token_key(server, ctx), bearer, org_id=ctx.org_id)
+
+    async def user_auth(self, server: Any, ctx: RunContext, *, trusted: bool) -> Any:
+        """The end user's OAuth flow for ``server`` (``McpCredentials.user_auth``)."""
+        if self.user_grants is None:
+            raise McpAuthError(
+                f"MCP server '{server.id}': per-user OAuth is not available here", code="oauth_unavailable"
+            )
+        if ctx.on_behalf_of is None and self.user_grants.needs_end_user:
+            raise McpAuthError(
+                f"MCP server '{server.id}' acts as the end user: send X-On-Behalf-Of with the user's id "
+                "(the organisation's own credentials are never used in the user's place)",
+                code="user_identity_required",
+            )
+        client_secret = None
+        if server.auth.secret_ref is not None:
+            try:
+                secret = await self._secret(server, ctx)
+                if not trusted:
+                    check_scope(secret, server)
+            except (VaultError, RequestError) as exc:
+                raise McpAuthError(f"MCP server '{server.id}': {exc.message}", code=exc.code) from None
+            client_secret = secret.value
+        return await self.user_grants.flow(server, ctx, client_secret=client_secret)
 
     async def _secret(self, server: Any, ctx: RunContext) -> Secret:
         secret = await self.vault.get(ctx.org_id, secret_name(server))
@@ -202,7 +247,7 @@ def secret_name(server: Any) -> str:
     ref = getattr(auth, field, None)
     if not ref or (problem := ref_problem(ref)):
         raise InvalidRequest(f"{where}.{field}: {problem if ref else f'required for auth type {kind!r}'}")
-    if kind == "oauth":
+    if kind == "oauth" and not per_user(server):
         if problem := token_url_problem(getattr(auth, "token_url", None) or ""):
             raise InvalidRequest(f"{where}.token_url: {problem}")
         if not getattr(auth, "client_id", None):

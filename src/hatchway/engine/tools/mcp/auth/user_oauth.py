@@ -1,0 +1,431 @@
+"""Per-user OAuth toward MCP servers: the authorization-code grant with PKCE, acting as the end user.
+
+The MCP SDK's ``OAuthClientProvider`` implements the client side of MCP authorization as the
+specification and its conformance suite freeze it: protected resource metadata (RFC 9728, path and
+root variants), authorization server metadata (RFC 8414 / OpenID) with its issuer checked, resource
+indicators (RFC 8707) and refusal of a mismatched resource, client registration in the
+specification's order (pre-registered, Client ID Metadata Document, dynamic registration), the
+token endpoint's authentication methods, scope selection and step-up, ``offline_access``, refresh,
+and RFC 9207 ``iss`` validation. Hatchway uses it rather than a copy of its own.
+
+What the SDK leaves to its caller is the one step that needs a person: sending them to the
+authorization endpoint and waiting for the redirect. ``UserOAuth`` replaces that step with a
+``Consent`` strategy, so one code path serves three situations:
+
+- ``HeadlessConsent`` (``hatchway mcp probe --oauth-headless``): follows the authorization
+  endpoint's redirect itself, for test authorization servers that approve at once;
+- ``LoopbackConsent`` (``hatchway mcp probe --oauth``): prints the link (or opens a browser) and
+  waits for the redirect on a loopback port;
+- the gateway's conversation consent (``mcp/auth/connect.py``): no person is waiting on the request,
+  so it records the pending authorization and raises ``AuthorizationPending``; the loop turns that
+  into a link for the end user, and the callback route completes the grant later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets as _secrets
+import time
+import webbrowser
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import parse_qs, urlencode, urljoin, urlparse
+
+import httpx2
+from mcp.client.auth import OAuthClientProvider, OAuthFlowError, TokenStorage
+from mcp.client.auth.oauth2 import PKCEParameters
+from mcp.client.auth.utils import validate_authorization_response_iss
+from mcp.shared.auth import (
+    AuthorizationCodeResult,
+    OAuthClientInformationFull,
+    OAuthClientMetadata,
+    OAuthMetadata,
+    OAuthToken,
+    ProtectedResourceMetadata,
+)
+from pydantic import AnyUrl
+
+logger = logging.getLogger(__name__)
+
+REFRESH_EARLY_SECONDS = 60.0
+"""A token is refreshed this long before it expires, so a call never carries one that lapses in flight."""
+_CALLBACK_PATH = "/callback"
+
+
+class AuthorizationPending(Exception):
+    """The end user has not authorized this server yet: they must follow ``link`` first."""
+
+    def __init__(self, link: str, *, server_id: str = "") -> None:
+        super().__init__(f"authorization required: {link}")
+        self.link = link
+        self.server_id = server_id
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorizationRequest:
+    """One authorization the client asks for: where to send the person, and what binds the answer."""
+
+    url: str
+    """The authorization endpoint with every parameter (client id, PKCE challenge, state, scope…)."""
+    state: str
+    code_verifier: str
+    redirect_uri: str
+    issuer: str | None
+    """The authorization server's issuer, which the redirect's ``iss`` must match (RFC 9207)."""
+
+
+class Consent(Protocol):
+    """Gets the person's answer to one authorization request: the redirect's code, state and iss."""
+
+    async def authorize(self, request: AuthorizationRequest) -> AuthorizationCodeResult: ...
+
+
+class HeadlessConsent:
+    """Follows the authorization endpoint's redirect without a person (test servers that approve at once)."""
+
+    def __init__(self, *, redirect_uri: str, timeout: float = 30.0, max_hops: int = 5) -> None:
+        self.redirect_uri = redirect_uri
+        """Where the client says the redirect goes; nothing listens there, the redirect is read instead."""
+        self.timeout = timeout
+        self.max_hops = max_hops
+
+    async def authorize(self, request: AuthorizationRequest) -> AuthorizationCodeResult:
+        url = request.url
+        async with httpx2.AsyncClient(timeout=self.timeout, follow_redirects=False, trust_env=False) as http:
+            for _ in range(self.max_hops):
+                response = await http.get(url)
+                location = response.headers.get("location")
+                if response.status_code not in (301, 302, 303, 307, 308) or not location:
+                    raise OAuthFlowError(
+                        f"the authorization endpoint answered HTTP {response.status_code} "
+                        "without a redirect; "
+                        "it needs a person: use --oauth instead of --oauth-headless"
+                    )
+                url = urljoin(url, location)
+                if url.startswith(request.redirect_uri):
+                    return redirect_result(url)
+        raise OAuthFlowError(f"the authorization endpoint redirected more than {self.max_hops} times")
+
+
+class LoopbackConsent:
+    """Sends a person to the authorization endpoint and takes the redirect on a loopback port."""
+
+    def __init__(
+        self,
+        *,
+        port: int,
+        announce: Callable[[str], None],
+        open_browser: bool = True,
+        timeout: float = 300.0,
+    ) -> None:
+        self.port = port
+        self.announce = announce
+        self.open_browser = open_browser
+        self.timeout = timeout
+
+    @property
+    def redirect_uri(self) -> str:
+        return f"http://127.0.0.1:{self.port}{_CALLBACK_PATH}"
+
+    async def authorize(self, request: AuthorizationRequest) -> AuthorizationCodeResult:
+        arrived: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+        async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            # A loopback listener for one redirect: the request line is all it needs, so the
+            # standard library's streams are enough (no web framework for one GET).
+            with contextlib.suppress(Exception):
+                line = (await asyncio.wait_for(reader.readline(), 10)).decode("latin-1")
+                _method, target, *_ = line.split(" ")
+                body = b"Authorized. You can close this window and return to the terminal."
+                if urlparse(target).path != _CALLBACK_PATH:
+                    body = b"Not found."
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+                    + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+                await writer.drain()
+                if urlparse(target).path == _CALLBACK_PATH and not arrived.done():
+                    arrived.set_result(f"http://127.0.0.1:{self.port}{target}")
+            writer.close()
+
+        server = await asyncio.start_server(on_connection, "127.0.0.1", self.port)
+        try:
+            self.announce(request.url)
+            if self.open_browser:
+                with contextlib.suppress(Exception):
+                    webbrowser.open(request.url)
+            try:
+                url = await asyncio.wait_for(arrived, self.timeout)
+            except TimeoutError:
+                raise OAuthFlowError(f"no authorization arrived within {self.timeout:.0f} s") from None
+        finally:
+            server.close()
+            await server.wait_closed()
+        return redirect_result(url)
+
+
+def redirect_result(url: str) -> AuthorizationCodeResult:
+    """The code, state and iss of an authorization redirect; OAuthFlowError when it carries an error."""
+    query = parse_qs(urlparse(url).query)
+    if "error" in query:
+        reason = query.get("error_description", query["error"])[0]
+        raise OAuthFlowError(f"the authorization server refused: {query['error'][0]} ({reason})")
+    code = query.get("code", [""])[0]
+    if not code:
+        raise OAuthFlowError("the authorization redirect carries no code")
+    return AuthorizationCodeResult(
+        code=code, state=query.get("state", [None])[0], iss=query.get("iss", [None])[0]
+    )
+
+
+@dataclass(slots=True)
+class StoredGrant:
+    """What one end user's authorization of one server leaves behind, so that any replica, at any
+    later time, can use and refresh the token without discovering everything again."""
+
+    tokens: OAuthToken | None = None
+    expires_at: float | None = None
+    """Wall-clock expiry of the access token (``expires_in`` is relative to when it was issued)."""
+    oauth_metadata: OAuthMetadata | None = None
+    protected_resource: ProtectedResourceMetadata | None = None
+    auth_server_url: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tokens": self.tokens.model_dump(mode="json", exclude_none=True) if self.tokens else None,
+            "expires_at": self.expires_at,
+            "oauth_metadata": _dump(self.oauth_metadata),
+            "protected_resource": _dump(self.protected_resource),
+            "auth_server_url": self.auth_server_url,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StoredGrant:
+        def load(model: Any, value: Any) -> Any:
+            return model.model_validate(value) if value else None
+
+        return cls(
+            tokens=load(OAuthToken, data.get("tokens")),
+            expires_at=data.get("expires_at"),
+            oauth_metadata=load(OAuthMetadata, data.get("oauth_metadata")),
+            protected_resource=load(ProtectedResourceMetadata, data.get("protected_resource")),
+            auth_server_url=data.get("auth_server_url"),
+        )
+
+
+def _dump(model: Any) -> Any:
+    return model.model_dump(mode="json", exclude_none=True, by_alias=True) if model is not None else None
+
+
+class GrantStore(Protocol):
+    """Where one (organisation, end user, server)'s grant and one (organisation, server)'s client live."""
+
+    async def load_grant(self) -> StoredGrant | None: ...
+
+    async def save_grant(self, grant: StoredGrant) -> None: ...
+
+    async def load_client(self) -> OAuthClientInformationFull | None: ...
+
+    async def save_client(self, client: OAuthClientInformationFull) -> None: ...
+
+
+class MemoryGrants:
+    """A ``GrantStore`` that lives as long as the object (the probe's default)."""
+
+    def __init__(self, client: OAuthClientInformationFull | None = None) -> None:
+        self.grant: StoredGrant | None = None
+        self.client = client
+
+    async def load_grant(self) -> StoredGrant | None:
+        return self.grant
+
+    async def save_grant(self, grant: StoredGrant) -> None:
+        self.grant = grant
+
+    async def load_client(self) -> OAuthClientInformationFull | None:
+        return self.client
+
+    async def save_client(self, client: OAuthClientInformationFull) -> None:
+        self.client = client
+
+
+class _Storage(TokenStorage):
+    """The SDK's ``TokenStorage`` over a ``GrantStore``; tokens are saved with what refreshing them needs."""
+
+    def __init__(self, store: GrantStore) -> None:
+        self.store = store
+        self.provider: UserOAuth | None = None
+
+    async def get_tokens(self) -> OAuthToken | None:
+        grant = await self.store.load_grant()
+        return grant.tokens if grant is not None else None
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        assert self.provider is not None
+        context = self.provider.context
+        expires_at = time.time() + tokens.expires_in if tokens.expires_in is not None else None
+        await self.store.save_grant(
+            StoredGrant(
+                tokens=tokens,
+                expires_at=expires_at,
+                oauth_metadata=context.oauth_metadata,
+                protected_resource=context.protected_resource_metadata,
+                auth_server_url=context.auth_server_url,
+            )
+        )
+        self.provider.on_tokens(tokens)
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return await self.store.load_client()
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        await self.store.save_client(client_info)
+
+
+def client_metadata(
+    redirect_uri: str, *, client_name: str = "Hatchway", auth_method: str | None = None
+) -> OAuthClientMetadata:
+    """The metadata Hatchway registers (dynamically, or in its Client ID Metadata Document)."""
+    fields: dict[str, Any] = {
+        "client_name": client_name,
+        "redirect_uris": [AnyUrl(redirect_uri)],
+        "grant_types": ["authorization_code", "refresh_token"],
+        "response_types": ["code"],
+    }
+    if auth_method is not None:
+        fields["token_endpoint_auth_method"] = auth_method
+    return OAuthClientMetadata(**fields)
+
+
+def pre_registered(
+    client_id: str, client_secret: str | None, redirect_uri: str, auth_method: str | None = None
+) -> OAuthClientInformationFull:
+    """A client registered with the authorization server beforehand (``auth.client_id``/``secret_ref``)."""
+    method = auth_method or ("client_secret_basic" if client_secret else "none")
+    return OAuthClientInformationFull(
+        client_id=client_id,
+        client_secret=client_secret,
+        redirect_uris=[AnyUrl(redirect_uri)],
+        token_endpoint_auth_method=method,  # type: ignore[arg-type]
+    )
+
+
+class UserOAuth(OAuthClientProvider):
+    """The SDK's OAuth client for one end user and one server, with the person's step delegated.
+
+    One instance serves the calls of one (organisation, end user, server) for as long as the caller
+    keeps it; a new one picks up the stored grant (tokens, expiry and the metadata refreshing them
+    needs), so any replica can refresh a token another one obtained.
+    """
+
+    def __init__(
+        self,
+        server_url: str,
+        *,
+        redirect_uri: str,
+        store: GrantStore,
+        consent: Consent,
+        scopes: list[str] | None = None,
+        client_metadata_url: str | None = None,
+        auth_method: str | None = None,
+        on_tokens: Callable[[OAuthToken], None] | None = None,
+    ) -> None:
+        storage = _Storage(store)
+        super().__init__(
+            server_url,
+            client_metadata(redirect_uri, auth_method=auth_method),
+            storage=storage,
+            redirect_handler=_unused_redirect,
+            callback_handler=_unused_callback,
+            client_metadata_url=client_metadata_url,
+        )
+        storage.provider = self
+        self.store = store
+        self.consent = consent
+        self.configured_scopes = list(scopes or [])
+        self._on_tokens = on_tokens
+
+    def on_tokens(self, tokens: OAuthToken) -> None:
+        if self._on_tokens is not None:
+            self._on_tokens(tokens)
+
+    async def _initialize(self) -> None:
+        """Load the stored grant with its expiry and metadata (the SDK loads tokens alone)."""
+        grant = await self.store.load_grant()
+        self.context.client_info = await self.store.load_client()
+        self.context.current_tokens = grant.tokens if grant is not None else None
+        if grant is not None:
+            if grant.expires_at is not None:
+                self.context.token_expiry_time = grant.expires_at - REFRESH_EARLY_SECONDS
+            self.context.oauth_metadata = self.context.oauth_metadata or grant.oauth_metadata
+            self.context.protected_resource_metadata = (
+                self.context.protected_resource_metadata or grant.protected_resource
+            )
+            self.context.auth_server_url = self.context.auth_server_url or grant.auth_server_url
+        if self.context.current_tokens is not None:
+            self.on_tokens(self.context.current_tokens)
+        self._initialized = True
+
+    async def _perform_authorization_code_grant(self) -> tuple[str, str]:
+        """The authorization request the SDK would make, answered by the ``Consent`` strategy."""
+        context = self.context
+        if context.client_info is None:
+            raise OAuthFlowError("no client registration is available for the authorization request")
+        redirect_uri = str((context.client_metadata.redirect_uris or [""])[0])
+        if context.oauth_metadata is not None and context.oauth_metadata.authorization_endpoint:
+            endpoint = str(context.oauth_metadata.authorization_endpoint)
+        else:
+            endpoint = urljoin(context.get_authorization_base_url(context.server_url), "/authorize")
+        pkce = PKCEParameters.generate()
+        state = _secrets.token_urlsafe(32)
+        params = {
+            "response_type": "code",
+            "client_id": context.client_info.client_id,
+            "redirect_uri": redirect_uri,
+            "state": state,
+            "code_challenge": pkce.code_challenge,
+            "code_challenge_method": "S256",
+        }
+        if context.should_include_resource_param(context.protocol_version):
+            params["resource"] = context.get_resource_url()  # RFC 8707
+        scope = _union(context.client_metadata.scope, self.configured_scopes)
+        if scope:
+            context.client_metadata.scope = scope
+            params["scope"] = scope
+            if "offline_access" in scope.split():  # OpenID Connect asks for consent with offline access
+                params["prompt"] = "consent"
+        request = AuthorizationRequest(
+            url=f"{endpoint}?{urlencode(params)}",
+            state=state,
+            code_verifier=pkce.code_verifier,
+            redirect_uri=redirect_uri,
+            issuer=str(context.oauth_metadata.issuer) if context.oauth_metadata else None,
+        )
+        result = await self.consent.authorize(request)
+        if result.state is None or not _secrets.compare_digest(result.state, request.state):
+            raise OAuthFlowError("the authorization response's state does not match the request")
+        validate_authorization_response_iss(result.iss, context.oauth_metadata)  # RFC 9207
+        if not result.code:
+            raise OAuthFlowError("no authorization code was received")
+        return result.code, request.code_verifier
+
+
+def _union(*scopes: str | list[str] | None) -> str | None:
+    seen: list[str] = []
+    for scope in scopes:
+        for token in scope.split() if isinstance(scope, str) else scope or []:
+            if token not in seen:
+                seen.append(token)
+    return " ".join(seen) or None
+
+
+async def _unused_redirect(_url: str) -> None:  # the SDK requires handlers; ``Consent`` replaces them
+    raise AssertionError("UserOAuth authorizes through its Consent strategy")
+
+
+async def _unused_callback() -> AuthorizationCodeResult:
+    raise AssertionError("UserOAuth authorizes through its Consent strategy")
