@@ -17,6 +17,7 @@ from hatchway.engine.plan import Planner
 from hatchway.engine.providers.routing import ModelRouter
 from hatchway.engine.run import RunScopes
 from hatchway.engine.tools.mcp.auth import VaultCredentials
+from hatchway.engine.tools.mcp.auth.grants import UserGrantService
 from hatchway.engine.tools.mcp.binding import PluginBinding
 from hatchway.engine.tools.mcp.credentials import McpCredentials
 from hatchway.engine.tools.mcp.pool import McpServerPool, PoolBounds, keep_expiring
@@ -115,8 +116,18 @@ class Gateway:
             ),
         )
         """Live MCP sessions, shared by every request; closed with the gateway."""
+        self.user_grants = UserGrantService(
+            self.db,
+            self.vault,
+            public_base_url=settings.public_base_url or "http://127.0.0.1:8080",
+            consent_ttl_seconds=settings.oauth_consent_ttl_seconds,
+        )
+        """Each end user's OAuth grants toward per-user MCP servers, and the consent links."""
         self.mcp_credentials: McpCredentials = mcp_credentials or VaultCredentials(
-            self.vault, self.cache, allow_private_hosts=settings.allow_private_mcp_urls
+            self.vault,
+            self.cache,
+            allow_private_hosts=settings.allow_private_mcp_urls,
+            user_grants=self.user_grants,
         )
         self.operations = OperationStore(self.db, lease_seconds=settings.operations.execution_lease_seconds)
         # Plugin and agent tool files from hatchway.yaml are parsed here: a broken one stops the

@@ -43,13 +43,14 @@ async def create_org_key(database_url: str, org_name: str | None = None) -> OrgK
 class RunningGateway:
     """A live gateway; ``client()`` gives an official ``openai`` client pointed at it."""
 
-    def __init__(self, config_path: Path, **gateway_options: Any) -> None:
+    def __init__(self, config_path: Path, *, port: int = 0, **gateway_options: Any) -> None:
         self.config_path = config_path
         self.settings = load_settings(config_path)
         self.gateway = Gateway(self.settings, **gateway_options)
         # Served as `hatchway serve` serves it: its request limits, one write per response of known length.
         self.server = ServerThread(
             create_app(self.settings, gateway=self.gateway),
+            port=port,
             http=HatchwayHttpProtocol.with_limits(HttpLimits.of(self.settings)),
         )
         self.org: OrgKey | None = None

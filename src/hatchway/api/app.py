@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hatchway.api import (
+    connections,
     health,
     logs,
     mcp_servers,
@@ -104,6 +105,7 @@ def create_app(
     ):
         app.include_router(module.router)
     app.include_router(mcp_servers.router)
+    app.include_router(connections.router)
     mount_dashboard(app)
     observed = {"metrics": gw.telemetry.metrics, "tracing": gw.telemetry.tracing}
     app.add_middleware(ErrorMiddleware)  # inside the observability middleware: it sees the status sent

@@ -44,6 +44,8 @@ def serve(
     from hatchway.api.http_protocol import HatchwayHttpProtocol, HttpLimits
 
     settings = settings_from(config)
+    if settings.public_base_url is None:  # per-user OAuth links point at where this serves
+        settings.public_base_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
     configure_logging(log_level)
     try:
         # Loads plugins and the master key: bad ones stop here.

@@ -229,6 +229,13 @@ class Settings(StrictModel):
     """Bind a plugin to requests by model name, without a header."""
     agents: list[AgentConfig] = Field(default_factory=list)
     """Agents, addressed as model ``agent:<name>`` in both APIs."""
+    public_base_url: str | None = None
+    """The gateway's address as end users' browsers reach it (``https://gateway.example.com``): the
+    per-user OAuth links (``/oauth/connect/{id}``) and the redirect URI (``/oauth/callback``) are
+    built from it, and with https it serves Hatchway's Client ID Metadata Document at
+    ``/oauth/client-metadata.json``. Defaults to the address ``hatchway serve`` listens on."""
+    oauth_consent_ttl_seconds: Annotated[float, Field(gt=0, le=86_400)] = 900.0
+    """How long a per-user OAuth link stays valid; an expired one is replaced on the user's next turn."""
     allow_private_mcp_urls: bool = False
     """Let plugins sent inline in a header reach loopback/private addresses (trusted networks only)."""
     max_request_body_bytes: Annotated[int, Field(ge=1024)] = 16 * 1024 * 1024
@@ -299,6 +306,18 @@ class Settings(StrictModel):
         if (problem := database_url_problem(value)) is not None:
             raise ValueError(problem)
         return value
+
+    @field_validator("public_base_url")
+    @classmethod
+    def _public_base_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+            raise ValueError(f"must be an http(s) URL such as https://gateway.example.com (got {value!r})")
+        return value.rstrip("/")
 
     @field_validator("redis_url")
     @classmethod

@@ -84,6 +84,7 @@ def failed_before_sending(error: Exception) -> bool:
     return isinstance(error, _UNSENT)
 
 
+_AUTH_REQUEST = "hatchway_auth_request"
 _current: ContextVar[RequestScope | None] = ContextVar("hatchway_mcp_request_scope", default=None)
 
 
@@ -117,6 +118,8 @@ class ScopedAuth(httpx2.Auth):
         try:
             outgoing = await flow.__anext__()
             while True:
+                if outgoing is not request:  # the flow's own: discovery, registration, token
+                    outgoing.extensions = {**outgoing.extensions, _AUTH_REQUEST: True}
                 response = yield outgoing
                 outgoing = await flow.asend(response)
         except StopAsyncIteration:
@@ -194,6 +197,11 @@ class ScopedTransport(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         scope = _current.get()
+        if request.extensions.get(_AUTH_REQUEST):
+            # An OAuth flow's request (metadata, token endpoint): not the call's, so neither its
+            # headers nor its outcome (a discovery 404 is a normal step) belong to the scope; the
+            # egress rule still applies.
+            scope = None
         if scope is not None:
             for name, value in scope.headers.items():
                 if name.lower() not in _TRANSPORT_HEADERS:

@@ -76,7 +76,9 @@ class ProbeGrants:
         self.auth_method = auth_method
         self._flow: UserOAuth | None = None
 
-    async def flow(self, server: Any, ctx: RunContext, *, client_secret: str | None) -> UserOAuth:
+    async def flow(
+        self, server: Any, ctx: RunContext, *, client_secret: str | None, trusted: bool = True
+    ) -> UserOAuth:
         if self._flow is None:
             client = None
             if self.client_id is not None:
@@ -89,16 +91,9 @@ class ProbeGrants:
                 scopes=list(server.auth.scopes),
                 client_metadata_url=self.client_metadata_url,
                 auth_method=self.auth_method,
-                on_tokens=lambda tokens: _remember(ctx, tokens),
             )
+        self._flow.set_secret_sink(ctx.add_secret)  # the tokens are the run's secrets: redacted
         return self._flow
-
-
-def _remember(ctx: RunContext, tokens: Any) -> None:
-    """Tokens the flow obtained are secrets of the run: redacted wherever the run writes."""
-    for value in (tokens.access_token, tokens.refresh_token):
-        if value:
-            ctx.add_secret(value)
 
 
 async def probe_server(

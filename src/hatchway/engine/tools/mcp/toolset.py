@@ -11,14 +11,14 @@ import orjson
 
 from hatchway.config.plugin import McpServerConfig
 from hatchway.engine.context import ListingFailure, RunContext
-from hatchway.engine.items import FunctionCall, ToolSpec
-from hatchway.engine.tools.base import ToolResult, Toolset
+from hatchway.engine.items import FunctionCall, Item, ToolSpec
+from hatchway.engine.tools.base import Interruption, RunPreamble, ToolResult, Toolset
 from hatchway.engine.tools.mcp.forwarding import forwarded_headers
 from hatchway.engine.tools.mcp.naming import namespaced_name
 from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
 from hatchway.engine.tools.mcp.pool import connection_key
 from hatchway.engine.tools.payloads import fit_output, parse_arguments
-from hatchway.errors import HatchwayError, ToolOutcomeUnknown, ToolTimeout
+from hatchway.errors import AuthorizationRequired, HatchwayError, ToolOutcomeUnknown, ToolTimeout
 from hatchway.store.cache import Cache
 
 logger = logging.getLogger(__name__)
@@ -41,6 +41,8 @@ class McpToolset(Toolset):
         self.max_result_chars = max_result_chars
         """What the model reads of a result (``max_tool_result_chars``): all the cache keeps of it."""
         self._routes: dict[str, tuple[McpServerConfig, str]] = {}
+        self._connect: dict[str, str] = {}
+        """Per-user servers the end user must authorize first: server id → the link to do it."""
 
     def route(self, name: str) -> tuple[str, str] | None:
         """``(server_id, tool)`` behind a name the model saw, or None."""
@@ -60,6 +62,10 @@ class McpToolset(Toolset):
             ctx.run.dropped_headers[server.id] = server.dropped_headers
         try:
             tools = await self.client.list_tools(server, ctx)
+        except AuthorizationRequired as needed:
+            self._connect[server.id] = needed.link
+            ctx.run.listing_failures.append(ListingFailure(server.id, "the user must authorize this server"))
+            return []
         except HatchwayError as exc:
             # One unreachable server must not take the others' tools away from the run.
             message = ctx.redact(exc.message)  # a server's or token endpoint's words may echo a secret
@@ -77,6 +83,12 @@ class McpToolset(Toolset):
             self._routes[name] = (server, tool.name)
             specs.append(ToolSpec(name=name, description=tool.description or "", parameters=_schema(tool)))
         return specs
+
+    async def before_run(self, items: list[Item], ctx: RunContext) -> RunPreamble | None:
+        """A per-user server this end user has not authorized: the run answers with the link(s)."""
+        if not self._connect:
+            return None
+        return RunPreamble(answer=connect_message(self._connect))
 
     async def call_tool(self, call: FunctionCall, ctx: RunContext) -> ToolResult:
         route = self._routes.get(call.name)
@@ -100,6 +112,13 @@ class McpToolset(Toolset):
         meta["retries"] = outcome.retries
         if outcome.error is not None:
             error = outcome.error
+            if isinstance(error, AuthorizationRequired):  # e.g. a refresh the server refused
+                result = ToolResult.error(error.code or "authorization_required", error.message, **meta)
+                result.interrupt = Interruption(
+                    message=connect_message({server.id: error.link}),
+                    data={"server": server.id, "authorization_required": True},
+                )
+                return result
             timed_out = isinstance(error, ToolTimeout) or (
                 isinstance(error, ToolOutcomeUnknown) and error.timed_out
             )
@@ -134,6 +153,16 @@ class McpToolset(Toolset):
         ]
         digest = hashlib.sha256(orjson.dumps(material, option=orjson.OPT_SORT_KEYS)).hexdigest()
         return f"mcp:tool-result:{digest}"
+
+
+def connect_message(links: dict[str, str]) -> str:
+    """What the end user reads when a server needs their authorization first."""
+    lines = [f"- {server}: {link}" for server, link in sorted(links.items())]
+    return (
+        "To continue, connect your account (the link works once and expires):\n"
+        + "\n".join(lines)
+        + "\nThen send your request again."
+    )
 
 
 def _schema(tool: Any) -> dict[str, Any]:

@@ -50,6 +50,16 @@ from pydantic import AnyUrl
 
 logger = logging.getLogger(__name__)
 
+
+class _PendingIsNotAnError(logging.Filter):
+    """The SDK logs every exception of its flow with a traceback; a user who has not authorized yet
+    is the normal first step of the conversation consent, not an error worth one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, AuthorizationPending)
+
+
 REFRESH_EARLY_SECONDS = 60.0
 """A token is refreshed this long before it expires, so a call never carries one that lapses in flight."""
 _CALLBACK_PATH = "/callback"
@@ -78,9 +88,12 @@ class AuthorizationRequest:
 
 
 class Consent(Protocol):
-    """Gets the person's answer to one authorization request: the redirect's code, state and iss."""
+    """Gets the person's answer to an authorization request: the redirect's code, state and iss, with
+    the request they answered (the one given, or, held across turns, one made earlier)."""
 
-    async def authorize(self, request: AuthorizationRequest) -> AuthorizationCodeResult: ...
+    async def authorize(
+        self, request: AuthorizationRequest
+    ) -> tuple[AuthorizationCodeResult, AuthorizationRequest]: ...
 
 
 class HeadlessConsent:
@@ -92,7 +105,9 @@ class HeadlessConsent:
         self.timeout = timeout
         self.max_hops = max_hops
 
-    async def authorize(self, request: AuthorizationRequest) -> AuthorizationCodeResult:
+    async def authorize(
+        self, request: AuthorizationRequest
+    ) -> tuple[AuthorizationCodeResult, AuthorizationRequest]:
         url = request.url
         async with httpx2.AsyncClient(timeout=self.timeout, follow_redirects=False, trust_env=False) as http:
             for _ in range(self.max_hops):
@@ -106,7 +121,7 @@ class HeadlessConsent:
                     )
                 url = urljoin(url, location)
                 if url.startswith(request.redirect_uri):
-                    return redirect_result(url)
+                    return redirect_result(url), request
         raise OAuthFlowError(f"the authorization endpoint redirected more than {self.max_hops} times")
 
 
@@ -130,7 +145,9 @@ class LoopbackConsent:
     def redirect_uri(self) -> str:
         return f"http://127.0.0.1:{self.port}{_CALLBACK_PATH}"
 
-    async def authorize(self, request: AuthorizationRequest) -> AuthorizationCodeResult:
+    async def authorize(
+        self, request: AuthorizationRequest
+    ) -> tuple[AuthorizationCodeResult, AuthorizationRequest]:
         arrived: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
         async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -165,7 +182,7 @@ class LoopbackConsent:
         finally:
             server.close()
             await server.wait_closed()
-        return redirect_result(url)
+        return redirect_result(url), request
 
 
 def redirect_result(url: str) -> AuthorizationCodeResult:
@@ -332,7 +349,7 @@ class UserOAuth(OAuthClientProvider):
         scopes: list[str] | None = None,
         client_metadata_url: str | None = None,
         auth_method: str | None = None,
-        on_tokens: Callable[[OAuthToken], None] | None = None,
+        secret_sink: Callable[[str], None] | None = None,
     ) -> None:
         storage = _Storage(store)
         super().__init__(
@@ -347,11 +364,17 @@ class UserOAuth(OAuthClientProvider):
         self.store = store
         self.consent = consent
         self.configured_scopes = list(scopes or [])
-        self._on_tokens = on_tokens
+        self._secret_sink = secret_sink
+
+    def set_secret_sink(self, sink: Callable[[str], None] | None) -> None:
+        """Where the tokens this flow holds are reported, so the run redacts them everywhere."""
+        self._secret_sink = sink
 
     def on_tokens(self, tokens: OAuthToken) -> None:
-        if self._on_tokens is not None:
-            self._on_tokens(tokens)
+        if self._secret_sink is not None:
+            for value in (tokens.access_token, tokens.refresh_token):
+                if value:
+                    self._secret_sink(value)
 
     async def _initialize(self) -> None:
         """Load the stored grant with its expiry and metadata (the SDK loads tokens alone)."""
@@ -405,13 +428,13 @@ class UserOAuth(OAuthClientProvider):
             redirect_uri=redirect_uri,
             issuer=str(context.oauth_metadata.issuer) if context.oauth_metadata else None,
         )
-        result = await self.consent.authorize(request)
-        if result.state is None or not _secrets.compare_digest(result.state, request.state):
+        result, answered = await self.consent.authorize(request)
+        if result.state is None or not _secrets.compare_digest(result.state, answered.state):
             raise OAuthFlowError("the authorization response's state does not match the request")
         validate_authorization_response_iss(result.iss, context.oauth_metadata)  # RFC 9207
         if not result.code:
             raise OAuthFlowError("no authorization code was received")
-        return result.code, request.code_verifier
+        return result.code, answered.code_verifier
 
 
 def _union(*scopes: str | list[str] | None) -> str | None:
@@ -429,3 +452,6 @@ async def _unused_redirect(_url: str) -> None:  # the SDK requires handlers; ``C
 
 async def _unused_callback() -> AuthorizationCodeResult:
     raise AssertionError("UserOAuth authorizes through its Consent strategy")
+
+
+logging.getLogger("mcp.client.auth.oauth2").addFilter(_PendingIsNotAnError())

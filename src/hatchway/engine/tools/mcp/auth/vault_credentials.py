@@ -47,7 +47,9 @@ class UserGrants(Protocol):
     needs_end_user: bool
     """Whether a run without an end user is refused (the gateway); the probe acts as its operator."""
 
-    async def flow(self, server: Any, ctx: RunContext, *, client_secret: str | None) -> Any: ...
+    async def flow(
+        self, server: Any, ctx: RunContext, *, client_secret: str | None, trusted: bool
+    ) -> Any: ...
 
 
 def per_user(server: Any) -> bool:
@@ -174,7 +176,7 @@ class VaultCredentials:
             except (VaultError, RequestError) as exc:
                 raise McpAuthError(f"MCP server '{server.id}': {exc.message}", code=exc.code) from None
             client_secret = secret.value
-        return await self.user_grants.flow(server, ctx, client_secret=client_secret)
+        return await self.user_grants.flow(server, ctx, client_secret=client_secret, trusted=trusted)
 
     async def _secret(self, server: Any, ctx: RunContext) -> Secret:
         secret = await self.vault.get(ctx.org_id, secret_name(server))

@@ -1,0 +1,144 @@
+"""Per-user OAuth routes: the consent link, the authorization server's redirect, the Client ID
+Metadata Document, and ``GET/DELETE /v1/connections`` (the caller's end user's grants).
+
+``/oauth/connect/{id}`` and ``/oauth/callback`` are opened by the end user's browser, which holds no
+Hatchway key: the consent id and the ``state`` are the capabilities (random, single use, expiring,
+bound to the organisation, the end user and the server; see ``mcp/auth/grants.py``). Their answers
+are short HTML pages that say what happened and never echo a code or a token.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+from typing import Annotated
+
+import orjson
+from fastapi import APIRouter, Depends, Path, Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from hatchway.api.auth import authenticate, gateway_of
+from hatchway.config.plugin import McpServerConfig, PluginConfig
+from hatchway.engine.context import Principal, RunContext
+from hatchway.engine.tools.mcp.auth.grants import CLIENT_METADATA_PATH, CONNECT_PATH
+from hatchway.errors import HatchwayError, InvalidRequest, NotFound
+
+logger = logging.getLogger(__name__)
+router = APIRouter()
+_COMPLETE_SECONDS = 30.0
+ConsentId = Annotated[str, Path(max_length=64, json_schema_extra={"pattern": "^oc_[A-Za-z0-9_-]+$"})]
+
+
+def _page(title: str, text: str, status: int = 200) -> HTMLResponse:
+    body = (
+        "<!doctype html><html><head><meta charset='utf-8'><title>"
+        f"{html.escape(title)}</title></head><body><h1>{html.escape(title)}</h1>"
+        f"<p>{html.escape(text)}</p></body></html>"
+    )
+    return HTMLResponse(body, status_code=status, headers={"cache-control": "no-store"})
+
+
+@router.get(CONNECT_PATH + "/{consent_id}", include_in_schema=False)
+async def connect(request: Request, consent_id: ConsentId) -> Response:
+    """Send the end user to the authorization server of a pending authorization."""
+    url = await gateway_of(request).user_grants.authorization_url(consent_id)
+    if url is None:
+        return _page(
+            "Link expired", "This link has expired or was already used. Ask again in the conversation.", 404
+        )
+    return RedirectResponse(url, status_code=302, headers={"cache-control": "no-store"})
+
+
+@router.get("/oauth/callback", include_in_schema=False)
+async def callback(request: Request) -> Response:
+    """The authorization server's redirect: the grant is completed at once, then the user goes back."""
+    query = request.query_params
+    if "error" in query:
+        reason = query.get("error_description") or query["error"]
+        return _page("Not connected", f"The authorization server refused: {reason}.", 400)
+    state, code = query.get("state"), query.get("code")
+    if not state or not code:
+        return _page("Not connected", "The redirect carries no code or state.", 400)
+    gw = gateway_of(request)
+    row = await gw.user_grants.accept_callback(state, code, query.get("iss"))
+    if row is None:
+        return _page("Not connected", "This authorization is unknown, expired or already used.", 400)
+    try:
+        await _complete(request, row)
+    except HatchwayError as exc:
+        logger.info("per-user OAuth: completing %s for %s failed (%s)", row.server_id, row.org_id, exc.code)
+        return _page("Not connected", f"The authorization could not be completed ({exc.code}).", 502)
+    return _page("Connected", f"Your account is connected to {row.server_id}. Go back to the conversation.")
+
+
+async def _complete(request: Request, row: object) -> None:
+    """Redeem the code now, through the client code every call uses (a listing of the tools)."""
+    from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient  # the MCP SDK: see mcp/pool.py
+
+    gw = gateway_of(request)
+    server = McpServerConfig.model_validate(await gw.user_grants.consent_server(row))  # type: ignore[arg-type]
+    org = await gw.orgs.get_org(row.org_id)  # type: ignore[attr-defined]
+    ctx = RunContext.from_headers(
+        Principal(org_id=org.id, org_name=org.name),
+        {"x-on-behalf-of": row.end_user},  # type: ignore[attr-defined]
+        deadline_seconds=_COMPLETE_SECONDS,
+    )
+    client = PluginMcpClient(
+        PluginConfig(version="1", mcp_servers=[server]),
+        trusted=row.trusted,  # type: ignore[attr-defined]
+        pool=gw.mcp_pool,
+        credentials=gw.mcp_credentials,
+        guard_egress=not row.trusted and not gw.settings.allow_private_mcp_urls,  # type: ignore[attr-defined]
+    )
+    await client.list_tools(server, ctx)
+
+
+@router.get(CLIENT_METADATA_PATH, include_in_schema=False)
+async def client_metadata(request: Request) -> Response:
+    """Hatchway's Client ID Metadata Document: its URL is the client id authorization servers see."""
+    grants = gateway_of(request).user_grants
+    url = grants.client_metadata_url
+    if url is None:
+        raise NotFound("no client metadata document: public_base_url is not https")
+    document = {
+        "client_id": url,
+        "client_name": "Hatchway",
+        "redirect_uris": [grants.redirect_uri],
+        "grant_types": ["authorization_code", "refresh_token"],
+        "response_types": ["code"],
+        "token_endpoint_auth_method": "none",
+    }
+    return Response(orjson.dumps(document), media_type="application/json")
+
+
+def _end_user(request: Request) -> str:
+    user = request.headers.get("x-on-behalf-of")
+    if not user:
+        raise InvalidRequest(
+            "X-On-Behalf-Of: required; connections belong to an end user", param="X-On-Behalf-Of"
+        )
+    return user
+
+
+@router.get("/v1/connections")
+async def list_connections(
+    request: Request, principal: Annotated[Principal, Depends(authenticate)]
+) -> Response:
+    """The end user's (``X-On-Behalf-Of``) per-user OAuth connections: server, scopes, expiry; no token."""
+    found = await gateway_of(request).user_grants.connections(principal.org_id, _end_user(request))
+    payload = {"object": "list", "data": [c.to_dict() for c in found]}
+    return Response(orjson.dumps(payload), media_type="application/json")
+
+
+@router.delete("/v1/connections/{server}")
+async def revoke_connection(
+    request: Request,
+    server: Annotated[str, Path(max_length=128)],
+    principal: Annotated[Principal, Depends(authenticate)],
+) -> Response:
+    """Forget the end user's grant of ``server``: the next call asks them to connect again."""
+    removed = await gateway_of(request).user_grants.revoke(principal.org_id, _end_user(request), server)
+    if not removed:
+        raise NotFound(f"no connection to '{server}' for this user")
+    payload = {"object": "connection.deleted", "server": server, "deleted": True}
+    return Response(orjson.dumps(payload), media_type="application/json")
