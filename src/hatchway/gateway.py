@@ -21,6 +21,7 @@ from hatchway.engine.tools.mcp.auth.grants import UserGrantService
 from hatchway.engine.tools.mcp.binding import PluginBinding
 from hatchway.engine.tools.mcp.credentials import McpCredentials
 from hatchway.engine.tools.mcp.pool import McpServerPool, PoolBounds, keep_expiring
+from hatchway.engine.tools.mcp.questions import InputQuestions
 from hatchway.engine.tools.operations.binding import OperationBinding
 from hatchway.engine.tools.operations.store import OperationStore
 from hatchway.observability.metrics import Metrics
@@ -132,8 +133,14 @@ class Gateway:
         self.operations = OperationStore(self.db, lease_seconds=settings.operations.execution_lease_seconds)
         # Plugin and agent tool files from hatchway.yaml are parsed here: a broken one stops the
         # start (ConfigError).
+        self.questions = InputQuestions(self.db, self.vault, ttl_seconds=settings.oauth_consent_ttl_seconds)
+        """Tools' questions to end users (MCP input requests), held across turns and replicas."""
         plugins = PluginBinding(
-            settings, pool=self.mcp_pool, credentials=self.mcp_credentials, cache=self.cache
+            settings,
+            pool=self.mcp_pool,
+            credentials=self.mcp_credentials,
+            cache=self.cache,
+            questions=self.questions,
         )
         self.planner = Planner(
             settings,

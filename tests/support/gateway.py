@@ -65,8 +65,9 @@ class RunningGateway:
         assert self.org is not None
         return self.org.key
 
-    def start(self) -> RunningGateway:
-        self.org = asyncio.run(create_org_key(self.settings.database_url))
+    def start(self, org: OrgKey | None = None) -> RunningGateway:
+        """Serve; with ``org``, as that existing organisation (a restart of an earlier gateway)."""
+        self.org = org or asyncio.run(create_org_key(self.settings.database_url))
         self.server.start()
         return self
 

@@ -75,6 +75,8 @@ class RunState:
     listing_failures: list[ListingFailure] = field(default_factory=list)
     dropped_headers: dict[str, list[str]] = field(default_factory=dict)
     """Server id → the ``forward_headers`` entries of its plugin that were dropped, not forwarded."""
+    input_rounds: list[dict[str, Any]] = field(default_factory=list)
+    """Each round of a tool call that asked for input (MCP input requests), for the run log."""
     children: list[RunState] = field(default_factory=list)
     delegation: Delegation | None = None
     """On the root's state only: what the tree may still delegate (``delegation_budget``)."""

@@ -170,6 +170,7 @@ class RunScope:
             {"type": "list_tools", "round": 1, "server": server, "outcome": "ok", "dropped_headers": names}
             for server, names in ctx.run.dropped_headers.items()
         )
+        listing.extend({"type": "input_round", **entry} for entry in ctx.run.input_rounds)
         return LogRecord(
             id=self.log_id,
             org_id=ctx.principal.org_id,

@@ -25,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from hatchway.config.plugin import PluginConfig, StreamMode, load_plugin, parse_plugin
 from hatchway.config.settings import AgentConfig, Settings
@@ -99,9 +99,17 @@ class PluginBinding:
     """Finds each request's plugin and binds its MCP tools and loop settings."""
 
     def __init__(
-        self, settings: Settings, *, pool: McpServerPool, credentials: McpCredentials, cache: Cache
+        self,
+        settings: Settings,
+        *,
+        pool: McpServerPool,
+        credentials: McpCredentials,
+        cache: Cache,
+        questions: Any = None,
     ) -> None:
         self.pool = pool
+        self.questions = questions
+        """``InputQuestions``: tools' questions to the end user, held across turns (None: refused)."""
         self.credentials = credentials
         self.cache = cache
         self.allow_private = settings.allow_private_mcp_urls
@@ -160,6 +168,7 @@ class PluginBinding:
                 cache=self.cache,
                 cache_ttl_seconds=settings.tool_cache_ttl_seconds,
                 max_result_chars=self.max_result_chars,
+                questions=self.questions,
             )
         return PluginPart(
             client=client,
@@ -239,6 +248,7 @@ class PluginBinding:
             pool=self.pool,
             credentials=self.credentials,
             guard_egress=not bound.trusted and not self.allow_private,
+            answerer=self.questions,
         )
 
 

@@ -41,6 +41,10 @@ class InputRound:
     """The server's ``inputRequests`` by key (SDK models: ElicitRequest, CreateMessageRequest,
     ListRootsRequest)."""
     request_state: str | None
+    arguments: dict[str, Any] | None = None
+    """The call's arguments (what a question held across turns must send again)."""
+    ctx: Any = None
+    """The run's ``RunContext`` (its organisation, conversation and end user)."""
 
 
 class InputAnswerer(Protocol):
@@ -133,6 +137,8 @@ async def call_tool_with_inputs(
     request_state: str | None = None,
     on_round: Callable[[InputRound], Awaitable[None]] | None = None,
     max_rounds: int = MAX_INPUT_ROUNDS,
+    ctx: Any = None,
+    first_round: int = 1,
 ) -> types.CallToolResult:
     """Call ``tool``, answering every round of input through ``answerer`` (refused when None).
 
@@ -141,7 +147,9 @@ async def call_tool_with_inputs(
     passed on exactly as received and never read.
     """
     responses, state = input_responses, request_state
-    for number in range(1, max_rounds + 2):
+    # Rounds are numbered across turns (a call resumed after the user's answer goes on counting),
+    # and ``max_rounds`` bounds them all.
+    for number in range(first_round, max_rounds + 2):
         result = await _send(client, tool, arguments, meta, responses, state)
         if not isinstance(result, types.InputRequiredResult):
             if not isinstance(result, types.CallToolResult):
@@ -149,7 +157,19 @@ async def call_tool_with_inputs(
             return result
         if number > max_rounds:
             break
-        round_ = InputRound(server_id, tool, number, dict(result.input_requests or {}), result.request_state)
+        round_ = InputRound(
+            server_id,
+            tool,
+            number,
+            dict(result.input_requests or {}),
+            result.request_state,
+            arguments=arguments,
+            ctx=ctx,
+        )
+        if ctx is not None:
+            ctx.run.input_rounds.append(
+                {"server": server_id, "tool": tool, "input_round": number, "asked": sorted(_methods(round_))}
+            )
         if on_round is not None:
             await on_round(round_)
         if not round_.requests:

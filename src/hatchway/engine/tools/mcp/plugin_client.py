@@ -140,6 +140,9 @@ class PluginMcpClient:
         *,
         meta: dict[str, Any] | None = None,
         at_most_once: bool = False,
+        input_responses: dict[str, Any] | None = None,
+        request_state: str | None = None,
+        input_round: int = 1,
     ) -> RetriedCall:
         """Call ``tool``; failures are retried when that is safe, the tool's own ``isError`` never.
 
@@ -155,7 +158,16 @@ class PluginMcpClient:
             async def send(client: Client) -> types.CallToolResult:
                 with conn.answering(CallInputs(server.id, tool, self.answerer)):
                     return await call_tool_with_inputs(
-                        client, tool, arguments, server_id=server.id, answerer=self.answerer, meta=meta
+                        client,
+                        tool,
+                        arguments,
+                        server_id=server.id,
+                        answerer=self.answerer,
+                        meta=meta,
+                        input_responses=input_responses,
+                        request_state=request_state,
+                        ctx=ctx,
+                        first_round=input_round,
                     )
 
             return to_call_result(await conn.run(send, scope))

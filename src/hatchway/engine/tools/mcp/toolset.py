@@ -11,13 +11,21 @@ import orjson
 
 from hatchway.config.plugin import McpServerConfig
 from hatchway.engine.context import ListingFailure, RunContext
-from hatchway.engine.items import FunctionCall, Item, ToolSpec
+from hatchway.engine.items import FunctionCall, FunctionCallOutput, Item, Message, ToolSpec
 from hatchway.engine.tools.base import Interruption, RunPreamble, ToolResult, Toolset
 from hatchway.engine.tools.mcp.forwarding import forwarded_headers
 from hatchway.engine.tools.mcp.naming import namespaced_name
 from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
 from hatchway.engine.tools.mcp.pool import connection_key
-from hatchway.engine.tools.payloads import fit_output, parse_arguments
+from hatchway.engine.tools.mcp.questions import (
+    InputQuestions,
+    InputRequested,
+    PendingInput,
+    UnreadableAnswer,
+    answer_from_reply,
+    check_answerer,
+)
+from hatchway.engine.tools.payloads import error_body, fit_output, parse_arguments
 from hatchway.errors import AuthorizationRequired, HatchwayError, ToolOutcomeUnknown, ToolTimeout
 from hatchway.store.cache import Cache
 
@@ -34,8 +42,11 @@ class McpToolset(Toolset):
         cache: Cache,
         cache_ttl_seconds: float = 0,
         max_result_chars: int = 20_000,
+        questions: InputQuestions | None = None,
     ) -> None:
         self.client = client
+        self.questions = questions
+        """Where a tool's questions to the end user (MRTR elicitation) are held across turns."""
         self.cache = cache
         self.cache_ttl_seconds = cache_ttl_seconds
         self.max_result_chars = max_result_chars
@@ -85,10 +96,64 @@ class McpToolset(Toolset):
         return specs
 
     async def before_run(self, items: list[Item], ctx: RunContext) -> RunPreamble | None:
-        """A per-user server this end user has not authorized: the run answers with the link(s)."""
+        """A tool's open question is answered by the end user's message; a per-user server this end
+        user has not authorized answers the run with the link(s)."""
+        last = items[-1] if items else None
+        if self.questions is not None and isinstance(last, Message) and last.role == "user":
+            servers = {server.id: server for server in self.client.plugin.mcp_servers}
+            pending = await self.questions.pending(ctx, set(servers))
+            if pending is not None:
+                return await self._answer(pending, servers[pending.server_id], last.text, ctx)
         if not self._connect:
             return None
         return RunPreamble(answer=connect_message(self._connect))
+
+    async def _answer(
+        self, pending: PendingInput, server: McpServerConfig, text: str, ctx: RunContext
+    ) -> RunPreamble:
+        """Send the call again with the user's answer; the next question, or the result for the model."""
+        import mcp_types as types
+
+        from hatchway.engine.tools.mcp.inputs import roots_answer
+
+        assert self.questions is not None
+        check_answerer(pending, ctx)
+        call_id = f"call_{pending.id}"
+        name = namespaced_name(server.id, pending.tool)
+        call = FunctionCall(call_id=call_id, name=name, arguments=orjson.dumps(pending.arguments).decode())
+        responses: dict[str, Any] = {}
+        try:
+            for key, request in pending.requests.items():
+                if request.get("method") == "roots/list":
+                    responses[key] = roots_answer()
+                else:
+                    responses[key] = types.ElicitResult.model_validate(answer_from_reply(text, request))
+        except UnreadableAnswer as unreadable:
+            return RunPreamble(answer=f"I could not use that answer ({unreadable}).\n\n{pending.question}")
+        ctx.run.input_rounds.append(
+            {"server": server.id, "tool": pending.tool, "input_round": pending.round, "answered": True}
+        )
+        if not await self.questions.take(pending, ctx) or pending.expired:
+            output = error_body("input_expired", "The tool's question expired before it was answered.")
+            return RunPreamble(items=[call, FunctionCallOutput(call_id=call_id, output=output)])
+        outcome = await self.client.call(
+            server,
+            pending.tool,
+            pending.arguments,
+            ctx,
+            input_responses=responses,
+            request_state=pending.request_state,
+            input_round=pending.round + 1,
+        )
+        if isinstance(outcome.error, InputRequested):  # another round
+            return RunPreamble(answer=outcome.error.question)
+        if outcome.error is not None:
+            output = error_body(outcome.error.code or "tool_error", outcome.error.message)
+        else:
+            assert outcome.result is not None
+            result = outcome.result
+            output = error_body("tool_error", result.text) if result.is_error else result.text
+        return RunPreamble(items=[call, FunctionCallOutput(call_id=call_id, output=output)])
 
     async def call_tool(self, call: FunctionCall, ctx: RunContext) -> ToolResult:
         route = self._routes.get(call.name)
@@ -112,6 +177,13 @@ class McpToolset(Toolset):
         meta["retries"] = outcome.retries
         if outcome.error is not None:
             error = outcome.error
+            if isinstance(error, InputRequested):  # the tool asks the end user; the run pauses
+                result = ToolResult.error(error.code or "input_requested", error.message, **meta)
+                result.meta["input_round"] = error.round
+                result.interrupt = Interruption(
+                    message=error.question, data={"server": server.id, "input_request_id": error.request_id}
+                )
+                return result
             if isinstance(error, AuthorizationRequired):  # e.g. a refresh the server refused
                 result = ToolResult.error(error.code or "authorization_required", error.message, **meta)
                 result.interrupt = Interruption(

@@ -1,5 +1,6 @@
-"""Per-user OAuth toward MCP servers: each end user's sealed grants, client registrations, and the
-pending authorizations the conversation's consent links stand for.
+"""Acting as the end user toward MCP servers: each end user's sealed OAuth grants, client
+registrations, the pending authorizations the conversation's consent links stand for, and tools'
+questions to the end user (MCP input requests) held across turns.
 
 Revision ID: 0008_user_oauth
 Revises: 0007_item_lookup
@@ -53,9 +54,26 @@ def upgrade() -> None:
     )
     op.create_index("ix_oauth_consents_org_id", "oauth_consents", ["org_id"])
     op.create_index("ix_oauth_consents_user_server", "oauth_consents", ["org_id", "end_user", "server_key"])
+    op.create_table(
+        "mcp_input_requests",
+        sa.Column("id", sa.String(64), primary_key=True),
+        sa.Column("org_id", sa.String(40), nullable=False),
+        sa.Column("session_key", sa.Text, nullable=False),
+        sa.Column("end_user", sa.String(256)),
+        sa.Column("server_id", sa.String(128), nullable=False),
+        sa.Column("tool", sa.String(256), nullable=False),
+        sa.Column("round", sa.Integer, nullable=False),
+        sa.Column("status", sa.String(16), nullable=False),
+        sa.Column("question", sa.Text, nullable=False),
+        sa.Column("sealed", sa.LargeBinary, nullable=False),
+        sa.Column("created_at", UTCDateTime(), nullable=False),
+        sa.Column("expires_at", UTCDateTime(), nullable=False),
+    )
+    op.create_index("ix_mcp_input_requests_org_id", "mcp_input_requests", ["org_id"])
 
 
 def downgrade() -> None:
+    op.drop_table("mcp_input_requests")
     op.drop_table("oauth_consents")
     op.drop_table("oauth_clients")
     op.drop_table("user_oauth_grants")

@@ -1,0 +1,140 @@
+"""A tool that asks the end user (MCP 2026-07-28 input requests), end to end through the gateway.
+
+An MCP server written with the official SDK whose ``book`` tool asks two questions in two rounds
+(the dates, then a confirmation that quotes them); the official ``openai`` client talks to the
+gateway with a ``hatchway-session``; a scripted model calls the tool and reports its result. The
+question reaches the end user, survives a gateway restart between the turns, another end user's
+answer is refused, and the answers complete the call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import openai
+import pytest
+from mcp.server import MCPServer
+from mcp.server.mcpserver.resolve import Elicit, Resolve
+from pydantic import BaseModel
+
+from tests.support.agent_loop import write_plugin
+from tests.support.gateway import RunningGateway, base_config, write_config
+from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.support.servers import ServerThread
+
+
+class Dates(BaseModel):
+    checkin: str
+    nights: int = 1
+
+
+class Confirm(BaseModel):
+    ok: bool
+
+
+def ask_dates(room: str) -> Elicit[Dates]:
+    return Elicit(f"Which dates for room {room}?", Dates)
+
+
+def ask_confirm(room: str, dates: Annotated[Dates, Resolve(ask_dates)]) -> Elicit[Confirm]:
+    return Elicit(f"Book room {room}: {dates.nights} night(s) from {dates.checkin}?", Confirm)
+
+
+class BookingServer:
+    def __init__(self) -> None:
+        mcp = MCPServer("booking", log_level="WARNING")
+        self.booked: list[str] = []
+
+        @mcp.tool()
+        def book(
+            room: str,
+            dates: Annotated[Dates, Resolve(ask_dates)],
+            confirm: Annotated[Confirm, Resolve(ask_confirm)],
+        ) -> str:
+            """Book a room; asks the user for the dates and a confirmation."""
+            if not confirm.ok:
+                return "not booked"
+            self.booked.append(room)
+            return f"booked room {room} from {dates.checkin} for {dates.nights} night(s)"
+
+        self.server = ServerThread(mcp.streamable_http_app(), timeout_graceful_shutdown=1)
+
+    @property
+    def url(self) -> str:
+        return f"{self.server.url}/mcp"
+
+
+def booking_model(body: dict[str, Any]) -> Reply:
+    last = body["messages"][-1]
+    if last["role"] == "tool":
+        return Reply(text=f"Done: {str(last['content']).strip(chr(34))}")
+    return Reply(tool_calls=[("booking__book", {"room": "7"})])
+
+
+@pytest.fixture
+def booking() -> Iterator[BookingServer]:
+    server = BookingServer()
+    server.server.start()
+    yield server
+    server.server.stop()
+
+
+def test_a_tools_questions_reach_the_end_user_across_a_restart(
+    booking: BookingServer, llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    plugin = write_plugin(tmp_path, "booking", {"mcp_servers": [{"id": "booking", "url": booking.url}]})
+    config = base_config(
+        tmp_path,
+        llm.base_url,
+        allow_private_mcp_urls=True,
+        agents=[{"name": "booking", "model": "gpt-4o", "instructions": "Book.", "plugin": plugin}],
+    )
+    path = write_config(tmp_path, config)
+    llm.handler = booking_model
+    first = RunningGateway(path).start()
+
+    def ask(gateway: RunningGateway, text: str, user: str = "alice") -> str:
+        reply = gateway.client().chat.completions.create(
+            model="agent:booking",
+            messages=[{"role": "user", "content": text}],
+            extra_headers={"hatchway-session": "trip-1", "X-On-Behalf-Of": user},
+        )
+        return reply.choices[0].message.content or ""
+
+    try:
+        question = ask(first, "Book room 7 please")
+        assert question.startswith("Which dates for room 7?"), question
+        assert "checkin" in question and "nights" in question
+    finally:
+        first.stop()
+
+    second = RunningGateway(path).start(org=first.org)  # a restart: same database, new process state
+    try:
+        with pytest.raises(openai.PermissionDeniedError) as refused:
+            ask(second, "checkin: 2026-12-24", user="bob")
+        assert refused.value.code == "input_not_yours"
+
+        unreadable = ask(second, "nights: lots")
+        assert "could not use that answer" in unreadable and "Which dates" in unreadable
+
+        confirm = ask(second, "checkin: 2026-12-24")
+        assert confirm.startswith("Book room 7: 1 night(s) from 2026-12-24?"), confirm  # default applied
+        assert booking.booked == []
+
+        done = ask(second, "yes")
+        assert done == "Done: booked room 7 from 2026-12-24 for 1 night(s)"
+        assert booking.booked == ["7"]
+        assert ask(second, "Book room 7 please").startswith("Which dates")  # a new call asks anew
+
+        records = httpx.get(
+            f"{second.url}/v1/logs", params={"limit": 20}, headers={"authorization": f"Bearer {second.key}"}
+        ).json()["data"]
+        rounds = [s for r in records for s in r["steps"] if s["type"] == "input_round"]
+        asked = sorted(s["input_round"] for s in rounds if "asked" in s)
+        answered = sorted(s["input_round"] for s in rounds if s.get("answered"))
+        assert asked == [1, 1, 2] and answered == [1, 2], rounds  # each round of the call, logged
+    finally:
+        second.stop()
