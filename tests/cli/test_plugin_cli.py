@@ -95,3 +95,19 @@ def test_a_broken_plugin_named_in_hatchway_yaml_stops_the_start(tmp_path: Path) 
     assert "research.yaml" in result.stderr and "routing_rules[0].plugin" in result.stderr
     assert "mcp_servers[0].auth.token_url: must be https" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_plugin_check_warns_that_the_sse_transport_is_deprecated(tmp_path: Path) -> None:
+    plugin = (
+        'version: "1"\nmcp_servers:\n  - id: legacy\n    url: https://mcp.example.com/sse\n'
+        "    transport: sse\n"
+    )
+    (tmp_path / "p.yaml").write_text(plugin)
+    result = run(["plugin", "check", "p.yaml"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert (
+        len(warnings) == 1 and "mcp_servers[0].transport: sse" in warnings[0] and "deprecated" in warnings[0]
+    )
+    (tmp_path / "p.yaml").write_text(plugin.replace("    transport: sse\n", ""))
+    assert "warning:" not in run(["plugin", "check", "p.yaml"], tmp_path).stderr

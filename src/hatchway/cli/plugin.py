@@ -34,6 +34,13 @@ def plugin_check(file: Annotated[Path, typer.Argument(help="The plugin YAML file
     for line in summary(plugin):
         typer.echo(f"  {line}")
     for i, server in enumerate(plugin.mcp_servers):
+        if server.kind == "sse":
+            err_console.print(
+                f"[bold yellow]warning:[/] mcp_servers[{i}].transport: sse (HTTP+SSE) is deprecated since "
+                "MCP 2026-07-28 and will be removed; it keeps working, but move to streamable_http",
+                highlight=False,
+                soft_wrap=True,
+            )
         for name in server.dropped_headers:
             err_console.print(
                 f"[bold yellow]warning:[/] mcp_servers[{i}].forward_headers: {name!r} is dropped "

@@ -84,11 +84,22 @@ class ToolListing:
         """The last listing seen here, however old; None after a ``tools/list_changed`` or before any."""
         return self._tools
 
-    async def store(self, tools: list[types.Tool]) -> None:
+    async def store(self, tools: list[types.Tool], server_ttl: float | None = None) -> None:
+        """Keep the listing for ``ttl_seconds``, or less when the server promises less (2026-07-28
+        ``ttlMs``).
+
+        A ``ttlMs`` of 0 keeps ``ttl_seconds``: it is what the SDKs send for every server that
+        chose nothing, and taken literally it would cost every run a listing round trip; change
+        notifications still drop the listing at once. ``cacheScope`` needs nothing: listings are
+        never shared beyond one organisation (and, for per-user servers, one end user).
+        """
         raw = [tool.model_dump(mode="json", by_alias=True, exclude_none=True) for tool in tools]
         self._tools, self._raw = tools, raw
+        seconds = self.ttl_seconds
+        if server_ttl is not None and server_ttl > 0:
+            seconds = min(seconds, server_ttl)
         try:
-            await self.cache.set(self.key, raw, self.ttl_seconds)
+            await self.cache.set(self.key, raw, seconds)
         except Exception as exc:
             logger.warning("tool listing cache unavailable (%s)", type(exc).__name__)
 
@@ -312,21 +323,26 @@ class McpConnection:
         async with self.listing.lock:
             tools = await self.listing.fresh()
             if tools is None:
-                tools = await self.run(_list_all_tools, scope)
-                await self.listing.store(tools)
+                tools, server_ttl = await self.run(_list_all_tools, scope)
+                await self.listing.store(tools, server_ttl)
             return tools
 
 
-async def _list_all_tools(client: Client) -> list[types.Tool]:
+async def _list_all_tools(client: Client) -> tuple[list[types.Tool], float | None]:
+    """Every page of the listing, and the shortest ``ttlMs`` a page gave (None: none said)."""
     tools: list[types.Tool] = []
     cursor: str | None = None
+    ttl: float | None = None
     for _ in range(_MAX_TOOL_PAGES):
         page = await client.list_tools(cursor=cursor)
         tools.extend(page.tools)
+        if "ttl_ms" in page.model_fields_set:  # a 2026-07-28 CacheableResult said how long it holds
+            seconds = getattr(page, "ttl_ms", 0) / 1000
+            ttl = seconds if ttl is None else min(ttl, seconds)
         cursor = page.next_cursor
         if cursor is None:
             break
-    return tools
+    return tools, ttl
 
 
 def _describe(exc: BaseException) -> str:

@@ -18,6 +18,7 @@ import pytest
 
 from tests.support.agent_loop import write_plugin
 from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, missing_browser
+from tests.support.cli import run
 from tests.support.gateway import RunningGateway, base_config, write_config
 from tests.support.leak_scanner import SecretScanner
 from tests.support.oauth_server import AuthorizedMcpServer, OAuthTestServer
@@ -135,6 +136,20 @@ class Browser:
 def test_each_end_user_authorizes_once_and_the_tool_runs_with_their_own_token(
     stack: Stack, secret_scanner: SecretScanner, tmp_path: Path
 ) -> None:
+    # A request that names no end user never gets anyone's token (not even the organisation's):
+    # the server's tools are not listed, and the run record says why.
+    anonymous = stack.client.chat.completions.create(
+        model="agent:tickets", messages=[{"role": "user", "content": "Who am I?"}]
+    )
+    assert "unknown_tool" in (anonymous.choices[0].message.content or "")
+    record = httpx.get(
+        f"{stack.gateway.url}/v1/logs",
+        params={"limit": 1},
+        headers={"authorization": f"Bearer {stack.gateway.key}"},
+    ).json()["data"][0]
+    listing = next(step for step in record["steps"] if step["type"] == "list_tools")
+    assert listing["outcome"] == "error" and "X-On-Behalf-Of" in listing["error"], listing
+
     first = stack.ask("alice")
     alice_link = LINK.search(first)
     assert alice_link is not None, first
@@ -180,7 +195,30 @@ def test_each_end_user_authorizes_once_and_the_tool_runs_with_their_own_token(
     assert listed.status_code == 200
     connections = listed.json()["data"]
     assert [c["server"] for c in connections] == ["tickets"] and connections[0]["expires_at"] is not None
+    assert "token" not in listed.text.replace("access token", "")
     stack.bodies.append(listed.text)
+
+    # The end user disconnects through the API, the operator through the CLI: either way the next
+    # call asks for a new authorization.
+    org = stack.gateway.org
+    assert org is not None
+    config = ["--org", org.org_name, "--config", str(stack.gateway.config_path)]
+    shown = run(["connections", "list", "--user", "alice", *config], tmp_path)
+    assert shown.returncode == 0 and "tickets" in shown.stdout, shown.stderr
+    stack.bodies.append(shown.stdout + shown.stderr)
+    gone = httpx.delete(
+        f"{stack.gateway.url}/v1/connections/tickets",
+        headers={"authorization": f"Bearer {stack.gateway.key}", "x-on-behalf-of": "bob"},
+    )
+    assert gone.status_code == 200 and gone.json()["deleted"] is True
+    assert LINK.search(stack.ask("bob"))
+    revoked = run(["connections", "revoke", "tickets", "--user", "alice", *config], tmp_path)
+    assert revoked.returncode == 0, revoked.stderr
+    assert LINK.search(stack.ask("alice"))
+    nobody = httpx.get(
+        f"{stack.gateway.url}/v1/connections", headers={"authorization": f"Bearer {stack.gateway.key}"}
+    )
+    assert nobody.status_code == 400 and nobody.json()["error"]["param"] == "X-On-Behalf-Of"
 
     for body in stack.bodies:
         secret_scanner.observe("a gateway response", body)
