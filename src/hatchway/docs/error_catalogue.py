@@ -120,6 +120,11 @@ MEANINGS: dict[str, str] = {
     "oauth_flow_failed": "Authorizing as the end user failed (metadata, issuer, resource or token "
     "checks); the message says which.",
     "oauth_unavailable": "Per-user OAuth is not configured where this call ran.",
+    "input_not_yours": "A tool's open question can only be answered by the end user it was asked of "
+    "(the conversation's `X-On-Behalf-Of`); it stays open.",
+    "input_requested": "The tool asked the end user a question (MCP input request); the run paused "
+    "with it, and the user's next message answers it.",
+    "input_expired": "The tool's question expired before the end user answered it.",
     "mcp_input_unsupported": "The tool asked for a kind of input this client does not provide (MRTR).",
     "mcp_input_rounds_exceeded": "The tool kept asking for input past the round limit.",
     "mcp_auth": "Credentials for the MCP server could not be built (e.g. a bad header value).",
