@@ -86,19 +86,25 @@ def test_a_tools_questions_reach_the_end_user_across_a_restart(
     booking: BookingServer, llm: ScriptedLLM, tmp_path: Path
 ) -> None:
     plugin = write_plugin(tmp_path, "booking", {"mcp_servers": [{"id": "booking", "url": booking.url}]})
+    other = BookingServer()  # another server with the same id, in another agent's plugin
+    other.server.start()
+    lookalike = write_plugin(tmp_path, "lookalike", {"mcp_servers": [{"id": "booking", "url": other.url}]})
     config = base_config(
         tmp_path,
         llm.base_url,
         allow_private_mcp_urls=True,
-        agents=[{"name": "booking", "model": "gpt-4o", "instructions": "Book.", "plugin": plugin}],
+        agents=[
+            {"name": "booking", "model": "gpt-4o", "instructions": "Book.", "plugin": plugin},
+            {"name": "lookalike", "model": "gpt-4o", "instructions": "Book.", "plugin": lookalike},
+        ],
     )
     path = write_config(tmp_path, config)
     llm.handler = booking_model
     first = RunningGateway(path).start()
 
-    def ask(gateway: RunningGateway, text: str, user: str = "alice") -> str:
+    def ask(gateway: RunningGateway, text: str, user: str = "alice", agent: str = "booking") -> str:
         reply = gateway.client().chat.completions.create(
-            model="agent:booking",
+            model=f"agent:{agent}",
             messages=[{"role": "user", "content": text}],
             extra_headers={"hatchway-session": "trip-1", "X-On-Behalf-Of": user},
         )
@@ -128,6 +134,10 @@ def test_a_tools_questions_reach_the_end_user_across_a_restart(
         assert done == "Done: booked room 7 from 2026-12-24 for 1 night(s)"
         assert booking.booked == ["7"]
         assert ask(second, "Book room 7 please").startswith("Which dates")  # a new call asks anew
+        # The open question is booking's own: an agent whose plugin merely has a server of the same
+        # id does not take the reply as its answer (nor send that server the call's state).
+        assert ask(second, "checkin: 2026-12-24", agent="lookalike").startswith("Which dates")
+        assert other.booked == []
 
         records = httpx.get(
             f"{second.url}/v1/logs", params={"limit": 20}, headers={"authorization": f"Bearer {second.key}"}
@@ -135,6 +145,7 @@ def test_a_tools_questions_reach_the_end_user_across_a_restart(
         rounds = [s for r in records for s in r["steps"] if s["type"] == "input_round"]
         asked = sorted(s["input_round"] for s in rounds if "asked" in s)
         answered = sorted(s["input_round"] for s in rounds if s.get("answered"))
-        assert asked == [1, 1, 2] and answered == [1, 2], rounds  # each round of the call, logged
+        assert asked == [1, 1, 1, 2] and answered == [1, 2], rounds  # each round of each call, logged
     finally:
         second.stop()
+        other.server.stop()

@@ -45,6 +45,8 @@ class InputRound:
     """The call's arguments (what a question held across turns must send again)."""
     ctx: Any = None
     """The run's ``RunContext`` (its organisation, conversation and end user)."""
+    server_url: str | None = None
+    """Which server asked (a question held across turns goes back to that server only)."""
 
 
 class InputAnswerer(Protocol):
@@ -139,6 +141,7 @@ async def call_tool_with_inputs(
     max_rounds: int = MAX_INPUT_ROUNDS,
     ctx: Any = None,
     first_round: int = 1,
+    server_url: str | None = None,
 ) -> types.CallToolResult:
     """Call ``tool``, answering every round of input through ``answerer`` (refused when None).
 
@@ -165,6 +168,7 @@ async def call_tool_with_inputs(
             result.request_state,
             arguments=arguments,
             ctx=ctx,
+            server_url=server_url,
         )
         if ctx is not None:
             ctx.run.input_rounds.append(

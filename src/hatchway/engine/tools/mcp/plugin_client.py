@@ -168,6 +168,7 @@ class PluginMcpClient:
                         request_state=request_state,
                         ctx=ctx,
                         first_round=input_round,
+                        server_url=server.url or server.command,
                     )
 
             return to_call_result(await conn.run(send, scope))

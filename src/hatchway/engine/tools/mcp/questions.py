@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
-from sqlalchemy import Integer, LargeBinary, String, Text, select, update
+from sqlalchemy import Integer, LargeBinary, String, Text, delete, select, update
 from sqlalchemy.orm import Mapped, mapped_column
 
 from hatchway.engine.context import RunContext
@@ -130,6 +130,7 @@ class InputQuestions:
     async def _store(self, round_: Any, ctx: RunContext, question: str) -> str:
         request_id = "inq_" + secrets.token_urlsafe(18)
         payload = {
+            "server_url": round_.server_url,
             "arguments": round_.arguments,
             "requests": {
                 key: request.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -140,6 +141,11 @@ class InputQuestions:
         sealed = await self.vault.seal_blob(ctx.org_id, orjson.dumps(payload), purpose=_PURPOSE)
         assert ctx.session_key is not None
         async with self.db.session() as session:
+            await session.execute(  # questions long past their expiry are of no use to anyone
+                delete(InputRequestRow).where(
+                    InputRequestRow.org_id == ctx.org_id, InputRequestRow.expires_at < utcnow() - self.ttl
+                )
+            )
             await session.execute(  # one open question per conversation: a newer call replaces it
                 update(InputRequestRow)
                 .where(
@@ -166,8 +172,9 @@ class InputQuestions:
             )
         return request_id
 
-    async def pending(self, ctx: RunContext, server_ids: set[str]) -> PendingInput | None:
-        """The conversation's open question from one of ``server_ids``, if any."""
+    async def pending(self, ctx: RunContext, servers: dict[str, Any]) -> PendingInput | None:
+        """The conversation's open question from one of ``servers`` (by id), if any: the same server,
+        not one that merely has the same id in another plugin (it would receive the call's state)."""
         if ctx.session_key is None:
             return None
         async with self.db.session() as session:
@@ -183,9 +190,12 @@ class InputQuestions:
                     .limit(1)
                 )
             ).scalar_one_or_none()
-        if row is None or row.server_id not in server_ids:
+        if row is None or row.server_id not in servers:
             return None
         payload = orjson.loads(await self.vault.open_blob(ctx.org_id, row.sealed, purpose=_PURPOSE))
+        asked_by = servers[row.server_id]
+        if payload.get("server_url") != (asked_by.url or asked_by.command):
+            return None
         return PendingInput(
             id=row.id,
             server_id=row.server_id,

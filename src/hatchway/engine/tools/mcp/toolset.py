@@ -101,7 +101,7 @@ class McpToolset(Toolset):
         last = items[-1] if items else None
         if self.questions is not None and isinstance(last, Message) and last.role == "user":
             servers = {server.id: server for server in self.client.plugin.mcp_servers}
-            pending = await self.questions.pending(ctx, set(servers))
+            pending = await self.questions.pending(ctx, servers)
             if pending is not None:
                 return await self._answer(pending, servers[pending.server_id], last.text, ctx)
         if not self._connect:

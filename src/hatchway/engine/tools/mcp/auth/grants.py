@@ -311,6 +311,11 @@ class UserGrantService:
         }
         sealed = await self.vault.seal_blob(org_id, orjson.dumps(payload), purpose=_CONSENT)
         async with self.db.session() as session:
+            await session.execute(  # authorizations long expired or redeemed: nothing needs them
+                delete(OAuthConsentRow).where(
+                    OAuthConsentRow.org_id == org_id, OAuthConsentRow.expires_at < utcnow() - self.consent_ttl
+                )
+            )
             session.add(
                 OAuthConsentRow(
                     id=consent_id,
