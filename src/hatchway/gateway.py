@@ -141,6 +141,7 @@ class Gateway:
             credentials=self.mcp_credentials,
             cache=self.cache,
             questions=self.questions,
+            models=self.models,
         )
         self.planner = Planner(
             settings,

@@ -328,6 +328,10 @@ class PluginAgentConfig(_PluginModel):
     """Cache tool results per (organisation, server, tool, arguments) for this long; 0 = off."""
     prompt_guard_on_tool_output: bool = False
     """Accepted for compatibility; currently a no-op (as in the seed)."""
+    allow_sampling: bool = False
+    """Let this plugin's MCP servers ask the gateway's model (an MCP sampling request): answered with
+    the run's model, at most ``max_sampling_tokens`` tokens, inside the run's deadline, and counted in
+    its usage. Off: a sampling request fails the tool call with ``mcp_input_unsupported``."""
 
 
 def _plugin_schema(schema: dict[str, Any]) -> None:

@@ -17,7 +17,8 @@ import httpx
 import openai
 import pytest
 from mcp.server import MCPServer
-from mcp.server.mcpserver.resolve import Elicit, Resolve
+from mcp.server.mcpserver.resolve import Elicit, Resolve, Sample
+from mcp_types import CreateMessageResult, SamplingMessage, TextContent
 from pydantic import BaseModel
 
 from tests.support.agent_loop import write_plugin
@@ -149,3 +150,59 @@ def test_a_tools_questions_reach_the_end_user_across_a_restart(
     finally:
         second.stop()
         other.server.stop()
+
+
+def sample_summary(text: str) -> Sample:
+    prompt = SamplingMessage(role="user", content=TextContent(type="text", text=f"Summarize: {text}"))
+    return Sample([prompt], max_tokens=50_000)
+
+
+def summarizing_model(body: dict[str, Any]) -> Reply:
+    last = body["messages"][-1]
+    if str(last.get("content", "")).startswith("Summarize: "):  # the server's sampling request
+        assert "tools" not in body and body["max_tokens"] == 4096  # no tools; capped
+        return Reply(text="SHORT VERSION")
+    if last["role"] == "tool":
+        return Reply(text=f"Done: {str(last['content']).strip(chr(34))}")
+    return Reply(tool_calls=[("notes__summarize", {"text": "a long report"})])
+
+
+@pytest.mark.parametrize("allowed", [True, False])
+def test_a_sampling_request_is_answered_by_the_runs_model_only_when_the_plugin_allows_it(
+    allowed: bool, llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    mcp = MCPServer("notes", log_level="WARNING")
+
+    @mcp.tool()
+    def summarize(text: str, summary: Annotated[CreateMessageResult, Resolve(sample_summary)]) -> str:
+        """Summarize a text with the client's model."""
+        assert isinstance(summary.content, TextContent)
+        return f"summary: {summary.content.text}"
+
+    server = ServerThread(mcp.streamable_http_app(), timeout_graceful_shutdown=1).start()
+    plugin = write_plugin(
+        tmp_path,
+        "notes",
+        {"mcp_servers": [{"id": "notes", "url": f"{server.url}/mcp"}], "agent": {"allow_sampling": allowed}},
+    )
+    config = base_config(
+        tmp_path,
+        llm.base_url,
+        allow_private_mcp_urls=True,
+        agents=[{"name": "notes", "model": "gpt-4o", "instructions": "Help.", "plugin": plugin}],
+    )
+    llm.handler = summarizing_model
+    gateway = RunningGateway(write_config(tmp_path, config)).start()
+    try:
+        reply = gateway.client().chat.completions.create(
+            model="agent:notes", messages=[{"role": "user", "content": "Summarize the report"}]
+        )
+        answer = reply.choices[0].message.content or ""
+        if allowed:
+            assert answer == "Done: summary: SHORT VERSION"
+            assert reply.usage is not None and reply.usage.total_tokens > 0
+        else:
+            assert "mcp_input_unsupported" in answer and "allow_sampling" in answer
+    finally:
+        gateway.stop()
+        server.stop()

@@ -106,8 +106,11 @@ class PluginBinding:
         credentials: McpCredentials,
         cache: Cache,
         questions: Any = None,
+        models: Any = None,
     ) -> None:
         self.pool = pool
+        self.models = models
+        """``ModelRouter``: what a plugin with ``agent.allow_sampling`` samples with."""
         self.questions = questions
         """``InputQuestions``: tools' questions to the end user, held across turns (None: refused)."""
         self.credentials = credentials
@@ -161,6 +164,10 @@ class PluginBinding:
 
         client = self._client(bound)
         settings = bound.plugin.agent
+        if settings.allow_sampling and self.models is not None:
+            from hatchway.engine.tools.mcp.sampling import RunSampler
+
+            client.sampler = RunSampler(self.models, agent.model if agent is not None else public_model)
         toolset = None
         if agent is None or not agent.tools:  # tools.yaml agents: see the module docstring
             toolset = McpToolset(

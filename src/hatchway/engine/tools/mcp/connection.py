@@ -25,7 +25,12 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from hatchway.config.plugin import McpServerConfig
 from hatchway.engine.tools.mcp.http import RequestScope, scoped_http_client
-from hatchway.engine.tools.mcp.inputs import CallInputs, answer_server_request, roots_answer
+from hatchway.engine.tools.mcp.inputs import (
+    CallInputs,
+    answer_server_request,
+    roots_answer,
+    sample_for_server,
+)
 from hatchway.errors import McpServerError
 from hatchway.store.cache import Cache
 
@@ -198,6 +203,8 @@ class McpConnection:
                     # Handshake-era servers ask during a call; the call's answerer replies (inputs.py).
                     elicitation_callback=self._elicit,
                     list_roots_callback=self._roots,
+                    # Declared so servers may ask; answered only for plugins with agent.allow_sampling.
+                    sampling_callback=self._sample,
                 )
                 # A server that accepts the connection but never answers must not leave a
                 # half-open session that every later call waits on.
@@ -259,6 +266,11 @@ class McpConnection:
     async def _elicit(self, _context: Any, params: Any) -> Any:
         return await answer_server_request(
             list(self.calls), types.ElicitRequest(method="elicitation/create", params=params)
+        )
+
+    async def _sample(self, _context: Any, params: Any) -> Any:
+        return await sample_for_server(
+            list(self.calls), types.CreateMessageRequest(method="sampling/createMessage", params=params)
         )
 
     async def _roots(self, _context: Any) -> Any:

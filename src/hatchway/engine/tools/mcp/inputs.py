@@ -47,6 +47,8 @@ class InputRound:
     """The run's ``RunContext`` (its organisation, conversation and end user)."""
     server_url: str | None = None
     """Which server asked (a question held across turns goes back to that server only)."""
+    sampler: Any = None
+    """Answers sampling requests with the run's model (``agent.allow_sampling``); None: refused."""
 
 
 class InputAnswerer(Protocol):
@@ -61,6 +63,19 @@ class CallInputs:
     server_id: str
     tool: str
     answerer: InputAnswerer | None
+    sampler: Any = None
+    ctx: Any = None
+
+
+async def sample_for_server(calls: list[CallInputs], request: Any) -> Any:
+    """A 2025-11-25 server's own ``sampling/createMessage`` during a call: answered with the run's
+    model when the call's plugin allows it, and only while exactly one call is in flight."""
+    if len(calls) != 1 or calls[0].sampler is None:
+        return types.ErrorData(code=types.INVALID_REQUEST, message="sampling is not allowed for this call")
+    try:
+        return await calls[0].sampler(request, calls[0].ctx)
+    except ToolError as exc:
+        return types.ErrorData(code=types.INVALID_REQUEST, message=exc.message)
 
 
 async def answer_server_request(calls: list[CallInputs], request: Any) -> Any:
@@ -142,6 +157,7 @@ async def call_tool_with_inputs(
     ctx: Any = None,
     first_round: int = 1,
     server_url: str | None = None,
+    sampler: Any = None,
 ) -> types.CallToolResult:
     """Call ``tool``, answering every round of input through ``answerer`` (refused when None).
 
@@ -169,6 +185,7 @@ async def call_tool_with_inputs(
             arguments=arguments,
             ctx=ctx,
             server_url=server_url,
+            sampler=sampler,
         )
         if ctx is not None:
             ctx.run.input_rounds.append(

@@ -88,9 +88,12 @@ class PluginMcpClient:
         guard_egress: bool = False,
         backoff_seconds: float = 0.1,
         answerer: InputAnswerer | None = None,
+        sampler: Any = None,
     ) -> None:
         self.plugin = plugin
         self.answerer = answerer
+        self.sampler = sampler
+        """Answers the servers' sampling requests (``RunSampler``) when the plugin allows it."""
         """Answers a tool's requests for input (MRTR); None: such a call fails with a clear error."""
         self.trusted = trusted
         """True for plugins from hatchway.yaml, False for inline ones (passed to the credentials)."""
@@ -156,7 +159,7 @@ class PluginMcpClient:
 
         async def operation(conn: McpConnection, scope: RequestScope) -> McpCallResult:
             async def send(client: Client) -> types.CallToolResult:
-                with conn.answering(CallInputs(server.id, tool, self.answerer)):
+                with conn.answering(CallInputs(server.id, tool, self.answerer, self.sampler, ctx)):
                     return await call_tool_with_inputs(
                         client,
                         tool,
@@ -169,6 +172,7 @@ class PluginMcpClient:
                         ctx=ctx,
                         first_round=input_round,
                         server_url=server.url or server.command,
+                        sampler=self.sampler,
                     )
 
             return to_call_result(await conn.run(send, scope))

@@ -13,7 +13,8 @@ as the answer (anyone else's is refused, 403): it becomes ``inputResponses`` val
 requested schema with its defaults applied (``answer_from_reply``), and the call is sent again with
 the state echoed byte for byte and a new JSON-RPC id. Another round asks again; the final result is
 put before the model as the call and its output. Roots requests get an empty list; sampling is
-refused (the gateway does not lend its model to MCP servers); an unanswerable reply asks again.
+answered by the run's model when the plugin allows it (``sampling.py``), refused otherwise; an
+unanswerable reply asks again.
 """
 
 from __future__ import annotations
@@ -108,14 +109,23 @@ class InputQuestions:
                 responses[key] = roots_answer()
             elif method == "elicitation/create":
                 asks[key] = request
+            elif method == "sampling/createMessage" and round_.sampler is not None:
+                responses[key] = await round_.sampler(request, round_.ctx)
             else:
                 raise ToolError(
-                    f"{round_.server_id}: the tool asked for {method or 'an unknown kind of input'} "
-                    "(the gateway does not answer sampling requests)",
+                    f"{round_.server_id}: the tool asked for {method or 'an unknown kind of input'}, "
+                    "which this plugin does not allow (sampling needs agent.allow_sampling)",
                     code="mcp_input_unsupported",
                 )
         if not asks:
             return responses
+        if len(responses) > len(
+            [r for r in round_.requests.values() if getattr(r, "method", "") == "roots/list"]
+        ):
+            raise ToolError(  # a sampled answer cannot wait for the user's turn alongside a question
+                f"{round_.server_id}: the tool asked for a sample and a question in one round",
+                code="mcp_input_unsupported",
+            )
         ctx: RunContext | None = round_.ctx
         if ctx is None or ctx.session_key is None:
             raise ToolError(
