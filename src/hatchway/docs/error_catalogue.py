@@ -125,6 +125,7 @@ MEANINGS: dict[str, str] = {
     "input_requested": "The tool asked the end user a question (MCP input request); the run paused "
     "with it, and the user's next message answers it.",
     "input_expired": "The tool's question expired before the end user answered it.",
+    "mcp_sampling_failed": "The run's model failed to answer an MCP server's sampling request.",
     "mcp_input_unsupported": "The tool asked for a kind of input this client does not provide (MRTR).",
     "mcp_input_rounds_exceeded": "The tool kept asking for input past the round limit.",
     "mcp_auth": "Credentials for the MCP server could not be built (e.g. a bad header value).",
