@@ -124,8 +124,10 @@ def _end_user(request: Request) -> str:
 async def list_connections(
     request: Request, principal: Annotated[Principal, Depends(authenticate)]
 ) -> Response:
-    """The end user's (``X-On-Behalf-Of``) per-user OAuth connections: server, scopes, expiry; no token."""
-    found = await gateway_of(request).user_grants.connections(principal.org_id, _end_user(request))
+    """Per-user OAuth connections: the end user's (``X-On-Behalf-Of``), or without it the whole
+    organisation's (the dashboard's view); server, scopes, expiry, never a token."""
+    user = request.headers.get("x-on-behalf-of") or None
+    found = await gateway_of(request).user_grants.connections(principal.org_id, user)
     payload = {"object": "list", "data": [c.to_dict() for c in found]}
     return Response(orjson.dumps(payload), media_type="application/json")
 

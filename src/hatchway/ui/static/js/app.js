@@ -2,6 +2,7 @@
 
 import { api, ApiError, session } from "./api.js";
 import { h, render } from "./dom.js";
+import { showConnections } from "./pages/connections.js";
 import { showMcpServers } from "./pages/mcp.js";
 import { showOperations } from "./pages/operations.js";
 import { showRequests, showRun } from "./pages/requests.js";
@@ -14,6 +15,7 @@ const routes = [
   [/^#\/operations$/, "operations", showOperations],
   [/^#\/secrets$/, "secrets", showSecrets],
   [/^#\/mcp$/, "mcp", showMcpServers],
+  [/^#\/connections$/, "connections", showConnections],
   [/^#\/responses$/, "responses", showResponses],
 ];
 

@@ -128,6 +128,27 @@ class Browser:
         context.close()
         return text
 
+    def revoke_in_dashboard(self, gateway_url: str, key: str, user: str, server: str) -> str:
+        """Sign in to /ui, open Connections, revoke one; the table's text before the revocation."""
+        context = self._browser.new_context()
+        context.set_default_timeout(15_000)
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(f"{gateway_url}/ui")
+        page.get_by_label("API key").fill(key)
+        page.get_by_role("button", name="Sign in").click()
+        page.get_by_role("link", name="Connections").click()
+        listed = page.get_by_role("table", name=re.compile("End users' connections"))
+        listed.get_by_role("row").filter(has_text=user).wait_for()
+        text = listed.inner_text()
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.get_by_role("button", name=f"Revoke {user}'s connection to {server}").click()
+        listed.get_by_role("row").filter(has_text=user).wait_for(state="detached")
+        context.close()
+        assert not errors, errors
+        return text
+
     def close(self) -> None:
         self._browser.close()
         self._playwright.stop()
@@ -206,19 +227,33 @@ def test_each_end_user_authorizes_once_and_the_tool_runs_with_their_own_token(
     shown = run(["connections", "list", "--user", "alice", *config], tmp_path)
     assert shown.returncode == 0 and "tickets" in shown.stdout, shown.stderr
     stack.bodies.append(shown.stdout + shown.stderr)
-    gone = httpx.delete(
-        f"{stack.gateway.url}/v1/connections/tickets",
-        headers={"authorization": f"Bearer {stack.gateway.key}", "x-on-behalf-of": "bob"},
+    everyone = httpx.get(
+        f"{stack.gateway.url}/v1/connections", headers={"authorization": f"Bearer {stack.gateway.key}"}
     )
-    assert gone.status_code == 200 and gone.json()["deleted"] is True
+    assert [(c["user"], c["server"]) for c in everyone.json()["data"]] == [
+        ("alice", "tickets"),
+        ("bob", "tickets"),
+    ]
+    stack.bodies.append(everyone.text)
+    browser = Browser()
+    try:
+        shown_in_ui = browser.revoke_in_dashboard(stack.gateway.url, stack.gateway.key, "bob", "tickets")
+    finally:
+        browser.close()
+    assert "alice" in shown_in_ui and "tickets:read" in shown_in_ui
     assert LINK.search(stack.ask("bob"))
     revoked = run(["connections", "revoke", "tickets", "--user", "alice", *config], tmp_path)
     assert revoked.returncode == 0, revoked.stderr
     assert LINK.search(stack.ask("alice"))
-    nobody = httpx.get(
-        f"{stack.gateway.url}/v1/connections", headers={"authorization": f"Bearer {stack.gateway.key}"}
+    nobody = httpx.delete(
+        f"{stack.gateway.url}/v1/connections/tickets",
+        headers={"authorization": f"Bearer {stack.gateway.key}"},
     )
     assert nobody.status_code == 400 and nobody.json()["error"]["param"] == "X-On-Behalf-Of"
+    left = httpx.get(
+        f"{stack.gateway.url}/v1/connections", headers={"authorization": f"Bearer {stack.gateway.key}"}
+    )
+    assert left.json()["data"] == []
 
     for body in stack.bodies:
         secret_scanner.observe("a gateway response", body)

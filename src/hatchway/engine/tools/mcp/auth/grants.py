@@ -108,6 +108,7 @@ def _state_hash(state: str) -> str:
 class Connection:
     """What ``GET /v1/connections`` shows of one grant: never a token."""
 
+    user: str
     server: str
     server_url: str
     scopes: list[str]
@@ -118,6 +119,7 @@ class Connection:
     def to_dict(self) -> dict[str, Any]:
         return {
             "object": "connection",
+            "user": self.user,
             "server": self.server,
             "server_url": self.server_url,
             "scopes": self.scopes,
@@ -437,17 +439,17 @@ class UserGrantService:
 
     # -- connections -----------------------------------------------------------------------------
 
-    async def connections(self, org_id: str, user: str) -> list[Connection]:
+    async def connections(self, org_id: str, user: str | None, *, limit: int = 1000) -> list[Connection]:
+        """One end user's connections, or (``user`` None) the organisation's, at most ``limit``."""
+        query = select(UserGrantRow).where(UserGrantRow.org_id == org_id)
+        if user is not None:
+            query = query.where(UserGrantRow.end_user == user)
+        query = query.order_by(UserGrantRow.end_user, UserGrantRow.server_id).limit(limit)
         async with self.db.session() as session:
-            rows = (
-                await session.execute(
-                    select(UserGrantRow)
-                    .where(UserGrantRow.org_id == org_id, UserGrantRow.end_user == user)
-                    .order_by(UserGrantRow.server_id)
-                )
-            ).scalars()
+            rows = (await session.execute(query)).scalars()
             return [
                 Connection(
+                    user=row.end_user,
                     server=row.server_id,
                     server_url=row.server_url,
                     scopes=(row.scopes or "").split(),
