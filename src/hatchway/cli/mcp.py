@@ -94,6 +94,9 @@ def probe(
             "--client-metadata-url", help="--oauth: an https Client ID Metadata Document to use as client id."
         ),
     ] = None,
+    no_browser: Annotated[
+        bool, typer.Option("--no-browser", help="--oauth: print the link only; do not open a browser.")
+    ] = False,
     redirect_port: Annotated[
         int,
         typer.Option("--redirect-port", help="--oauth: the loopback port of the redirect.", min=1, max=65535),
@@ -143,6 +146,7 @@ def probe(
         oauth_headless=oauth_headless,
         client_metadata_url=client_metadata_url,
         redirect_port=redirect_port,
+        open_browser=not no_browser,
         calls=call or [],
         args=args or [],
         answer=answer,

@@ -72,6 +72,7 @@ def run_probe(
     oauth_headless: bool = False,
     client_metadata_url: str | None = None,
     redirect_port: int = 8976,
+    open_browser: bool = True,
     answer: str | None = None,
 ) -> None:
     """The body of ``hatchway mcp probe`` (see ``cli/mcp.py`` for the options)."""
@@ -80,7 +81,7 @@ def run_probe(
     target = Target(url=url, sse=sse, command=command, args=arg or [], timeout_ms=int(timeout * 1000))
     grant = "authorization_code" if oauth or oauth_headless else None
     oauth_inputs = OAuthInputs(oauth_token_url, grant, client_id, client_auth, scope or [], kid, audience)
-    consent = _consent(oauth, oauth_headless, redirect_port, timeout)
+    consent = _consent(oauth, oauth_headless, redirect_port, timeout, open_browser=open_browser)
     inputs = SecretInputs(
         bearer_env, bearer_stdin, client_secret_env, client_secret_stdin, private_key_file, private_key_stdin
     )
@@ -112,7 +113,7 @@ def run_probe(
         raise typer.Exit(EXIT_TOOL_ERROR)
 
 
-def _consent(oauth: bool, headless: bool, port: int, timeout: float) -> Any:
+def _consent(oauth: bool, headless: bool, port: int, timeout: float, *, open_browser: bool = True) -> Any:
     if oauth and headless:
         raise fail("give --oauth or --oauth-headless, not both", EXIT_USAGE)
     if headless:
@@ -120,7 +121,10 @@ def _consent(oauth: bool, headless: bool, port: int, timeout: float) -> Any:
     if oauth:
         return LoopbackConsent(
             port=port,
-            announce=lambda link: err_console.print(f"Open this link to authorize:\n{link}", highlight=False),
+            announce=lambda link: err_console.print(
+                f"Open this link to authorize:\n{link}", highlight=False, soft_wrap=True
+            ),
+            open_browser=open_browser,
             timeout=timeout,
         )
     return None
