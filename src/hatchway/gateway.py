@@ -122,6 +122,7 @@ class Gateway:
             self.vault,
             public_base_url=settings.public_base_url or "http://127.0.0.1:8080",
             consent_ttl_seconds=settings.oauth_consent_ttl_seconds,
+            cache=self.cache,
         )
         """Each end user's OAuth grants toward per-user MCP servers, and the consent links."""
         self.mcp_credentials: McpCredentials = mcp_credentials or VaultCredentials(

@@ -202,9 +202,11 @@ class RefreshGrant(grants.RefreshTokenGrant):
         return self.server.idp.store  # type: ignore[no-any-return]
 
     def authenticate_refresh_token(self, refresh_token: str) -> Token | None:
-        with self.store.lock:
+        time.sleep(self.server.idp.refresh_delay)  # type: ignore[attr-defined]  (a slow identity provider)
+        with self.store.lock:  # single use: taken (revoked) as it is checked, so a second use fails
             for token in self.store.tokens:
                 if token.refresh_token == refresh_token and not token.revoked:
+                    token.revoked = True
                     return token
         return None
 
@@ -212,8 +214,7 @@ class RefreshGrant(grants.RefreshTokenGrant):
         return User(refresh_token.user)
 
     def revoke_old_credential(self, refresh_token: Token) -> None:
-        with self.store.lock:
-            refresh_token.revoked = True
+        with self.store.lock:  # already revoked when it was taken
             self.store.refreshes += 1
 
 
@@ -240,6 +241,8 @@ class OAuthTestServer:
         self.issuer = f"http://127.0.0.1:{self.port}"
         self.users = users
         self.access_ttl = access_ttl
+        self.refresh_delay = 0.0
+        """Seconds the token endpoint takes to check a refresh token (to make refreshes overlap)."""
         self.client = Client("hatchway-test", secrets.token_urlsafe(16), [redirect_uri])
         self.store = TokenStore()
         self.app = self._app()

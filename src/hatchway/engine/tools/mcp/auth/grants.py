@@ -32,6 +32,7 @@ from sqlalchemy import LargeBinary, String, Text, delete, select, update
 from sqlalchemy.orm import Mapped, mapped_column
 
 from hatchway.engine.context import RunContext
+from hatchway.store.cache import Cache
 from hatchway.store.db import Database
 from hatchway.store.tables import Base, utcnow
 from hatchway.vault.store import Vault
@@ -47,6 +48,8 @@ logger = logging.getLogger(__name__)
 _GRANT = "user-oauth-grant"
 _CLIENT = "oauth-client"
 _CONSENT = "oauth-consent"
+_REFRESH_LOCK_SECONDS = 20.0
+"""How long a refreshing replica may hold a user's refresh lock (and a waiting one wait for it)."""
 CALLBACK_PATH = "/oauth/callback"
 CONNECT_PATH = "/oauth/connect"
 CLIENT_METADATA_PATH = "/oauth/client-metadata.json"
@@ -242,8 +245,11 @@ class UserGrantService:
         public_base_url: str,
         consent_ttl_seconds: float = 600.0,
         max_cached_flows: int = 1024,
+        cache: Cache | None = None,
     ) -> None:
         self.db = db
+        self.cache = cache
+        """Shared by the replicas (Redis): its lock makes one of them refresh a user's token at a time."""
         self.vault = vault
         self.public_base_url = public_base_url.rstrip("/")
         self.consent_ttl = timedelta(seconds=consent_ttl_seconds)
@@ -282,6 +288,7 @@ class UserGrantService:
                 scopes=list(server.auth.scopes),
                 client_metadata_url=self.client_metadata_url,
                 auth_method=server.auth.client_auth,
+                refresh_lock=self._refresh_lock(key) if self.cache is not None else None,
             )
             self._flows[key] = flow
             while len(self._flows) > self.max_cached_flows:
@@ -296,6 +303,12 @@ class UserGrantService:
         flow.set_secret_sink(ctx.add_secret)
         flow._initialized = False  # reload the stored grant (see the docstring)
         return flow
+
+    def _refresh_lock(self, key: tuple[str, str, str]) -> Any:
+        cache = self.cache
+        assert cache is not None
+        name = "user-oauth-refresh:" + hashlib.sha256(orjson.dumps(list(key))).hexdigest()[:32]
+        return lambda: cache.lock(name, hold_seconds=_REFRESH_LOCK_SECONDS)
 
     # -- consents --------------------------------------------------------------------------------
 

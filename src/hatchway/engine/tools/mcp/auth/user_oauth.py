@@ -30,6 +30,7 @@ import secrets as _secrets
 import time
 import webbrowser
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlencode, urljoin, urlparse
@@ -350,6 +351,7 @@ class UserOAuth(OAuthClientProvider):
         client_metadata_url: str | None = None,
         auth_method: str | None = None,
         secret_sink: Callable[[str], None] | None = None,
+        refresh_lock: Callable[[], AbstractAsyncContextManager[None]] | None = None,
     ) -> None:
         storage = _Storage(store)
         super().__init__(
@@ -365,6 +367,8 @@ class UserOAuth(OAuthClientProvider):
         self.consent = consent
         self.configured_scopes = list(scopes or [])
         self._secret_sink = secret_sink
+        self.refresh_lock = refresh_lock
+        """A lock shared by the replicas (the gateway's cache): a flow that will refresh holds it."""
 
     def set_secret_sink(self, sink: Callable[[str], None] | None) -> None:
         """Where the tokens this flow holds are reported, so the run redacts them everywhere."""
@@ -375,6 +379,34 @@ class UserOAuth(OAuthClientProvider):
             for value in (tokens.access_token, tokens.refresh_token):
                 if value:
                     self._secret_sink(value)
+
+    async def async_auth_flow(self, request: httpx2.Request):  # type: ignore[no-untyped-def,override]
+        """The SDK's flow, holding ``refresh_lock`` when the stored token is about to be refreshed.
+
+        A refresh token is often single use (rotated): two replicas refreshing it at once would make
+        one of them fail, and that user be asked to authorize again. Under the lock the second one
+        waits, then reloads the grant the first one stored.
+        """
+        async with contextlib.AsyncExitStack() as stack:
+            if self.refresh_lock is not None and await self._will_refresh():
+                await stack.enter_async_context(self.refresh_lock())
+                self._initialized = False  # reload: the holder before us may have refreshed it
+            flow = super().async_auth_flow(request)
+            try:
+                outgoing = await flow.__anext__()
+                while True:
+                    response = yield outgoing
+                    outgoing = await flow.asend(response)
+            except StopAsyncIteration:
+                return
+            finally:
+                await flow.aclose()
+
+    async def _will_refresh(self) -> bool:
+        grant = await self.store.load_grant()
+        if grant is None or grant.tokens is None or not grant.tokens.refresh_token:
+            return False
+        return grant.expires_at is not None and grant.expires_at - REFRESH_EARLY_SECONDS <= time.time()
 
     async def _initialize(self) -> None:
         """Load the stored grant with its expiry and metadata (the SDK loads tokens alone)."""
