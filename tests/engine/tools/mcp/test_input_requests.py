@@ -19,7 +19,7 @@ import pytest
 from mcp.server import MCPServer
 from mcp.server.mcpserver.resolve import Elicit, Resolve, Sample
 from mcp_types import CreateMessageResult, SamplingMessage, TextContent
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from tests.support.agent_loop import write_plugin
 from tests.support.gateway import RunningGateway, base_config, write_config
@@ -113,7 +113,7 @@ def test_a_tools_questions_reach_the_end_user_across_a_restart(
 
     try:
         question = ask(first, "Book room 7 please")
-        assert question.startswith("Which dates for room 7?"), question
+        assert question.startswith("The booking tool asks:\nWhich dates for room 7?"), question
         assert "checkin" in question and "nights" in question
     finally:
         first.stop()
@@ -128,16 +128,16 @@ def test_a_tools_questions_reach_the_end_user_across_a_restart(
         assert "could not use that answer" in unreadable and "Which dates" in unreadable
 
         confirm = ask(second, "checkin: 2026-12-24")
-        assert confirm.startswith("Book room 7: 1 night(s) from 2026-12-24?"), confirm  # default applied
+        assert "\nBook room 7: 1 night(s) from 2026-12-24?" in confirm, confirm  # the default applied
         assert booking.booked == []
 
         done = ask(second, "yes")
         assert done == "Done: booked room 7 from 2026-12-24 for 1 night(s)"
         assert booking.booked == ["7"]
-        assert ask(second, "Book room 7 please").startswith("Which dates")  # a new call asks anew
+        assert "Which dates" in ask(second, "Book room 7 please")  # a new call asks anew
         # The open question is booking's own: an agent whose plugin merely has a server of the same
         # id does not take the reply as its answer (nor send that server the call's state).
-        assert ask(second, "checkin: 2026-12-24", agent="lookalike").startswith("Which dates")
+        assert "Which dates" in ask(second, "checkin: 2026-12-24", agent="lookalike")
         assert other.booked == []
 
         records = httpx.get(
@@ -203,6 +203,52 @@ def test_a_sampling_request_is_answered_by_the_runs_model_only_when_the_plugin_a
             assert reply.usage is not None and reply.usage.total_tokens > 0
         else:
             assert "mcp_input_unsupported" in answer and "allow_sampling" in answer
+    finally:
+        gateway.stop()
+        server.stop()
+
+
+class Code(BaseModel):
+    code: str = Field(pattern=r"^(a+)+$")  # a catastrophic regex, if anyone evaluated it
+
+
+def ask_code(room: str) -> Elicit[Code]:
+    return Elicit(f"Door code for {room}?", Code)
+
+
+def test_a_question_outside_what_mcp_allows_is_refused_not_asked(llm: ScriptedLLM, tmp_path: Path) -> None:
+    mcp = MCPServer("doors", log_level="WARNING")
+
+    @mcp.tool()
+    def unlock(room: str, code: Annotated[Code, Resolve(ask_code)]) -> str:
+        """Unlock a door with a code the user types."""
+        return "unlocked"
+
+    server = ServerThread(mcp.streamable_http_app(), timeout_graceful_shutdown=1).start()
+    plugin = write_plugin(tmp_path, "doors", {"mcp_servers": [{"id": "doors", "url": f"{server.url}/mcp"}]})
+    config = base_config(
+        tmp_path,
+        llm.base_url,
+        allow_private_mcp_urls=True,
+        agents=[{"name": "doors", "model": "gpt-4o", "instructions": "Help.", "plugin": plugin}],
+    )
+
+    def model(body: dict[str, Any]) -> Reply:
+        last = body["messages"][-1]
+        if last["role"] == "tool":
+            return Reply(text=f"Result: {last['content']}")
+        return Reply(tool_calls=[("doors__unlock", {"room": "7"})])
+
+    llm.handler = model
+    gateway = RunningGateway(write_config(tmp_path, config)).start()
+    try:
+        reply = gateway.client().chat.completions.create(
+            model="agent:doors",
+            messages=[{"role": "user", "content": "Open room 7"}],
+            extra_headers={"hatchway-session": "s-1"},
+        )
+        answer = reply.choices[0].message.content or ""
+        assert "mcp_input_unsupported" in answer and "pattern" in answer, answer
     finally:
         gateway.stop()
         server.stop()

@@ -92,9 +92,9 @@ class PluginMcpClient:
     ) -> None:
         self.plugin = plugin
         self.answerer = answerer
+        """Answers a tool's requests for input (MRTR); None: such a call fails with a clear error."""
         self.sampler = sampler
         """Answers the servers' sampling requests (``RunSampler``) when the plugin allows it."""
-        """Answers a tool's requests for input (MRTR); None: such a call fails with a clear error."""
         self.trusted = trusted
         """True for plugins from hatchway.yaml, False for inline ones (passed to the credentials)."""
         self.pool = pool

@@ -133,7 +133,10 @@ class InputQuestions:
                 "send the hatchway-session header (Chat) or use Responses",
                 code="mcp_input_unsupported",
             )
-        question = "\n\n".join(describe(request) for request in asks.values())
+        for request in asks.values():
+            check_requested_schema(round_.server_id, _schema(request))
+        asked = "\n\n".join(describe(request) for request in asks.values())
+        question = f"The {round_.server_id} tool asks:\n{asked}"
         request_id = await self._store(round_, ctx, question)
         raise InputRequested(question, request_id, round_.server_id, round_.number)
 
@@ -246,6 +249,58 @@ def check_answerer(pending: PendingInput, ctx: RunContext) -> None:
 # -- questions and answers ------------------------------------------------------------------------
 
 
+MAX_QUESTION_FIELDS = 32
+MAX_MESSAGE_CHARS = 2000
+_PRIMITIVE_KEYS = {
+    # What MCP allows in an elicitation's requested schema: a flat object of primitive properties.
+    "string": {
+        "type",
+        "title",
+        "description",
+        "default",
+        "minLength",
+        "maxLength",
+        "format",
+        "enum",
+        "enumNames",
+    },
+    "number": {"type", "title", "description", "default", "minimum", "maximum"},
+    "integer": {"type", "title", "description", "default", "minimum", "maximum"},
+    "boolean": {"type", "title", "description", "default"},
+}
+
+
+def check_requested_schema(server_id: str, schema: dict[str, Any]) -> None:
+    """Refuse a requested schema outside what MCP allows for elicitation (a flat object of at most
+    ``MAX_QUESTION_FIELDS`` primitive properties, no ``pattern``): the gateway validates the user's
+    answer against it, and a server must not make that cost anything (a catastrophic regex, deep
+    nesting) or ask for structures a person cannot type."""
+
+    def refuse(reason: str) -> ToolError:
+        return ToolError(
+            f"{server_id}: the tool's question cannot be asked ({reason})", code="mcp_input_unsupported"
+        )
+
+    if schema.get("type", "object") != "object":
+        raise refuse("its schema is not an object")
+    properties = schema.get("properties") or {}
+    if not isinstance(properties, dict) or len(properties) > MAX_QUESTION_FIELDS:
+        raise refuse(f"it needs a properties object of at most {MAX_QUESTION_FIELDS} fields")
+    for name, prop in properties.items():
+        kind = prop.get("type") if isinstance(prop, dict) else None
+        allowed = _PRIMITIVE_KEYS.get(kind) if isinstance(kind, str) else None
+        if allowed is None:
+            raise refuse(f"field {str(name)[:64]!r} is not a string, number, integer or boolean")
+        extra = set(prop) - allowed
+        if extra:
+            raise refuse(f"field {str(name)[:64]!r} uses {', '.join(sorted(extra))[:120]}")
+        if len(orjson.dumps(prop)) > 4096:
+            raise refuse(f"field {str(name)[:64]!r} is too large")
+    required = schema.get("required") or []
+    if not isinstance(required, list) or any(r not in properties for r in required):
+        raise refuse("its required fields are not among its properties")
+
+
 def _schema(request: Any) -> dict[str, Any]:
     params = request.get("params", {}) if isinstance(request, dict) else getattr(request, "params", None)
     if isinstance(params, dict):
@@ -267,7 +322,7 @@ def describe(request: Any) -> str:
     schema = _schema(request)
     properties = schema.get("properties") or {}
     required = set(schema.get("required") or [])
-    lines = [_message(request) or "The tool needs more information."]
+    lines = [_message(request)[:MAX_MESSAGE_CHARS] or "The tool needs more information."]
     for name, prop in properties.items():
         if not isinstance(prop, dict):
             continue

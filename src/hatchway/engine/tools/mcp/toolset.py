@@ -153,6 +153,8 @@ class McpToolset(Toolset):
             assert outcome.result is not None
             result = outcome.result
             output = error_body("tool_error", result.text) if result.is_error else result.text
+        # What the model reads of it, as for any call: redacted and cut to max_tool_result_chars.
+        output = fit_output(ctx.redact(output), self.max_result_chars)
         return RunPreamble(items=[call, FunctionCallOutput(call_id=call_id, output=output)])
 
     async def call_tool(self, call: FunctionCall, ctx: RunContext) -> ToolResult:
