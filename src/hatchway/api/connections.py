@@ -12,10 +12,11 @@ from __future__ import annotations
 import html
 import logging
 from typing import Annotated
+from urllib.parse import urlsplit
 
 import orjson
 from fastapi import APIRouter, Depends, Path, Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, Response
 
 from hatchway.api.auth import authenticate, gateway_of
 from hatchway.config.plugin import McpServerConfig, PluginConfig
@@ -40,22 +41,34 @@ def _page(title: str, text: str, status: int = 200) -> HTMLResponse:
 
 @router.get(CONNECT_PATH + "/{consent_id}", include_in_schema=False)
 async def connect(request: Request, consent_id: ConsentId) -> Response:
-    """Send the end user to the authorization server of a pending authorization."""
-    url = await gateway_of(request).user_grants.authorization_url(consent_id)
-    if url is None:
+    """A page naming what is being connected, for whom, and where the person will sign in, with the
+    way on to the authorization server (not a bare redirect: the link is not a way to send anyone
+    anywhere on the gateway's name, and a forwarded link says whose account it would connect)."""
+    found = await gateway_of(request).user_grants.pending_consent(consent_id)
+    if found is None:
         return _page(
             "Link expired", "This link has expired or was already used. Ask again in the conversation.", 404
         )
-    return RedirectResponse(url, status_code=302, headers={"cache-control": "no-store"})
+    url, row = found
+    host = urlsplit(url).hostname or "?"
+    body = (
+        "<!doctype html><html><head><meta charset='utf-8'><title>Connect an account</title></head><body>"
+        f"<h1>Connect {html.escape(row.server_id)}</h1>"
+        f"<p>This connects your account on {html.escape(row.server_id)} to the assistant for the user "
+        f"<strong>{html.escape(row.end_user)}</strong>. Continue only if that is you.</p>"
+        f"<p>You will sign in at <strong>{html.escape(host)}</strong>.</p>"
+        f"<p><a id='continue' href='{html.escape(url, quote=True)}'>Continue to {html.escape(host)}</a></p>"
+        "</body></html>"
+    )
+    return HTMLResponse(body, headers={"cache-control": "no-store", "referrer-policy": "no-referrer"})
 
 
 @router.get("/oauth/callback", include_in_schema=False)
 async def callback(request: Request) -> Response:
     """The authorization server's redirect: the grant is completed at once, then the user goes back."""
     query = request.query_params
-    if "error" in query:
-        reason = query.get("error_description") or query["error"]
-        return _page("Not connected", f"The authorization server refused: {reason}.", 400)
+    if "error" in query:  # not echoed: anyone can put any text in this URL
+        return _page("Not connected", "The authorization server did not grant access.", 400)
     state, code = query.get("state"), query.get("code")
     if not state or not code:
         return _page("Not connected", "The redirect carries no code or state.", 400)
@@ -83,6 +96,9 @@ async def _complete(request: Request, row: object) -> None:
         {"x-on-behalf-of": row.end_user},  # type: ignore[attr-defined]
         deadline_seconds=_COMPLETE_SECONDS,
     )
+    # The listing may be fresh from before (another user's? no: per user; this user's earlier one):
+    # dropped, so the request below reaches the server and redeems the code now.
+    await gw.mcp_pool.listing(server, org.id, trusted=row.trusted, user=row.end_user).forget()  # type: ignore[attr-defined]
     client = PluginMcpClient(
         PluginConfig(version="1", mcp_servers=[server]),
         trusted=row.trusted,  # type: ignore[attr-defined]

@@ -12,7 +12,7 @@ that may have reached its tool.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -54,6 +54,8 @@ class RequestScope:
     """Set on a transport error, a 5xx or a 401/403/404: the answer will not come."""
     auth: httpx2.Auth | None = None
     """Authenticates the scope's requests as the end user (per-user OAuth); None: headers only."""
+    secret_sink: Callable[[str], None] | None = None
+    """Where the tokens a per-user flow holds for this call are reported (the run's redaction)."""
     auth_failure: Exception | None = None
     """Why ``auth`` could not authenticate (the user must authorize first, or the flow failed)."""
     reached: bool = False
@@ -85,13 +87,24 @@ def failed_before_sending(error: Exception) -> bool:
 
 
 _AUTH_REQUEST = "hatchway_auth_request"
+MAX_AUTH_ANSWER_BYTES = 64 * 1024
+"""An OAuth flow's answers (metadata, registration, token) are read no further than this."""
 _current: ContextVar[RequestScope | None] = ContextVar("hatchway_mcp_request_scope", default=None)
 
 
+def current_scope() -> RequestScope | None:
+    """The scope of the MCP call being made in this task, if any."""
+    return _current.get()
+
+
 @contextmanager
-def request_scope(headers: dict[str, str], auth: httpx2.Auth | None = None) -> Iterator[RequestScope]:
+def request_scope(
+    headers: dict[str, str],
+    auth: httpx2.Auth | None = None,
+    secret_sink: Callable[[str], None] | None = None,
+) -> Iterator[RequestScope]:
     """Make ``headers`` (and ``auth``) apply to every MCP request sent from this task until the block ends."""
-    scope = RequestScope(headers=dict(headers), auth=auth)
+    scope = RequestScope(headers=dict(headers), auth=auth, secret_sink=secret_sink)
     token = _current.set(scope)
     try:
         yield scope
@@ -217,7 +230,9 @@ class ScopedTransport(httpx2.AsyncBaseTransport):
         if scope is not None:
             scope.record(response.status_code)
         limit = self._max_answer_bytes
-        if limit is not None and request.method == "POST":
+        if request.extensions.get(_AUTH_REQUEST):  # metadata, registration, tokens: small documents
+            limit = MAX_AUTH_ANSWER_BYTES
+        if limit is not None and (request.method == "POST" or request.extensions.get(_AUTH_REQUEST)):
             declared = response.headers.get("content-length", "")
             if declared.isdigit() and int(declared) > limit:
                 await response.aclose()

@@ -240,7 +240,7 @@ class PluginMcpClient:
         timeout = max(min(server.timeout_ms / 1000, ctx.remaining()), 0.001)
         connection: McpConnection | None = None
         sent = False  # handed to an open session: from then on it may have reached the tool
-        with request_scope(headers, auth) as scope:
+        with request_scope(headers, auth, ctx.add_secret) as scope:
             try:
                 async with asyncio.timeout(timeout):
                     connection = await self.pool.connection(

@@ -103,6 +103,15 @@ class InputQuestions:
 
         responses: dict[str, Any] = {}
         asks: dict[str, Any] = {}
+        samples = sum(
+            1 for r in round_.requests.values() if getattr(r, "method", "") == "sampling/createMessage"
+        )
+        if samples > MAX_SAMPLES_PER_ROUND:
+            raise ToolError(
+                f"{round_.server_id}: the tool asked for {samples} samples in one round "
+                f"(at most {MAX_SAMPLES_PER_ROUND})",
+                code="mcp_input_unsupported",
+            )
         for key, request in round_.requests.items():
             method = getattr(request, "method", "")
             if method == "roots/list":
@@ -198,6 +207,7 @@ class InputQuestions:
                         InputRequestRow.org_id == ctx.org_id,
                         InputRequestRow.session_key == ctx.session_key,
                         InputRequestRow.status == "pending",
+                        InputRequestRow.expires_at > utcnow(),  # an expired question answers nothing
                     )
                     .order_by(InputRequestRow.created_at.desc())
                     .limit(1)
@@ -249,6 +259,8 @@ def check_answerer(pending: PendingInput, ctx: RunContext) -> None:
 # -- questions and answers ------------------------------------------------------------------------
 
 
+MAX_SAMPLES_PER_ROUND = 1
+"""Sampling requests one round may carry: each is a model call the organisation pays for."""
 MAX_QUESTION_FIELDS = 32
 MAX_MESSAGE_CHARS = 2000
 _PRIMITIVE_KEYS = {
@@ -270,35 +282,91 @@ _PRIMITIVE_KEYS = {
 }
 
 
+_TOP_KEYS = {"type", "properties", "required", "title", "description", "$schema"}
+_SCALAR = (str, int, float, bool)
+
+
 def check_requested_schema(server_id: str, schema: dict[str, Any]) -> None:
-    """Refuse a requested schema outside what MCP allows for elicitation (a flat object of at most
-    ``MAX_QUESTION_FIELDS`` primitive properties, no ``pattern``): the gateway validates the user's
-    answer against it, and a server must not make that cost anything (a catastrophic regex, deep
-    nesting) or ask for structures a person cannot type."""
+    """Refuse a requested schema outside what MCP allows for elicitation: a flat object of at most
+    ``MAX_QUESTION_FIELDS`` string, number, integer or boolean properties with the spec's few
+    keywords, each of the right type (no ``pattern``, no combinators, no ``$ref``). The answer is then
+    checked by ``_check_answer`` (written here, not jsonschema: a server must not make the check cost
+    anything, and a schema this small needs nothing more)."""
 
     def refuse(reason: str) -> ToolError:
         return ToolError(
             f"{server_id}: the tool's question cannot be asked ({reason})", code="mcp_input_unsupported"
         )
 
-    if schema.get("type", "object") != "object":
+    if not isinstance(schema, dict) or schema.get("type", "object") != "object":
         raise refuse("its schema is not an object")
+    extra = set(schema) - _TOP_KEYS
+    if extra:
+        raise refuse(f"its schema uses {', '.join(sorted(map(str, extra)))[:120]}")
     properties = schema.get("properties") or {}
     if not isinstance(properties, dict) or len(properties) > MAX_QUESTION_FIELDS:
         raise refuse(f"it needs a properties object of at most {MAX_QUESTION_FIELDS} fields")
     for name, prop in properties.items():
-        kind = prop.get("type") if isinstance(prop, dict) else None
-        allowed = _PRIMITIVE_KEYS.get(kind) if isinstance(kind, str) else None
-        if allowed is None:
-            raise refuse(f"field {str(name)[:64]!r} is not a string, number, integer or boolean")
-        extra = set(prop) - allowed
-        if extra:
-            raise refuse(f"field {str(name)[:64]!r} uses {', '.join(sorted(extra))[:120]}")
-        if len(orjson.dumps(prop)) > 4096:
-            raise refuse(f"field {str(name)[:64]!r} is too large")
+        if reason := _property_problem(repr(str(name)[:64]), prop):
+            raise refuse(reason)
     required = schema.get("required") or []
-    if not isinstance(required, list) or any(r not in properties for r in required):
+    if not isinstance(required, list) or not all(isinstance(r, str) and r in properties for r in required):
         raise refuse("its required fields are not among its properties")
+
+
+def _property_problem(label: str, prop: Any) -> str | None:
+    """Why one requested field is outside the elicitation subset, or None."""
+    kind = prop.get("type") if isinstance(prop, dict) else None
+    allowed = _PRIMITIVE_KEYS.get(kind) if isinstance(kind, str) else None
+    if allowed is None:
+        return f"field {label} is not a string, number, integer or boolean"
+    unknown = set(prop) - allowed
+    if unknown:
+        return f"field {label} uses {', '.join(sorted(map(str, unknown)))[:120]}"
+    if len(orjson.dumps(prop)) > 4096:
+        return f"field {label} is too large"
+    for key in ("minLength", "maxLength"):
+        if key in prop and (not isinstance(prop[key], int) or isinstance(prop[key], bool)):
+            return f"field {label}: {key} is not an integer"
+    for key in ("minimum", "maximum"):
+        if key in prop and (not isinstance(prop[key], int | float) or isinstance(prop[key], bool)):
+            return f"field {label}: {key} is not a number"
+    if "enum" in prop and (
+        not isinstance(prop["enum"], list) or not all(isinstance(v, _SCALAR) for v in prop["enum"])
+    ):
+        return f"field {label}: enum is not a list of values"
+    if any(key in prop and not isinstance(prop[key], str) for key in ("title", "description", "format")):
+        return f"field {label}: title, description and format are text"
+    return None
+
+
+def _check_answer(content: dict[str, Any], schema: dict[str, Any]) -> None:
+    """The answer against a schema ``check_requested_schema`` accepted; UnreadableAnswer says why not."""
+    properties: dict[str, Any] = schema.get("properties") or {}
+    for name in schema.get("required") or []:
+        if name not in content:
+            raise UnreadableAnswer(f"{name}: required")
+    for name, value in content.items():
+        prop = properties.get(name)
+        if prop is None:
+            raise UnreadableAnswer(f"{str(name)[:64]}: not asked for")
+        kind = prop["type"]
+        ok = {
+            "string": isinstance(value, str),
+            "boolean": isinstance(value, bool),
+            "integer": isinstance(value, int) and not isinstance(value, bool),
+            "number": isinstance(value, int | float) and not isinstance(value, bool),
+        }[kind]
+        if not ok:
+            raise UnreadableAnswer(f"{name}: must be {'an' if kind == 'integer' else 'a'} {kind}")
+        if "enum" in prop and value not in prop["enum"]:
+            raise UnreadableAnswer(f"{name}: one of {', '.join(map(str, prop['enum']))}")
+        if isinstance(value, str):
+            if len(value) < prop.get("minLength", 0) or len(value) > prop.get("maxLength", 10_000):
+                raise UnreadableAnswer(f"{name}: the length is out of bounds")
+        elif kind in ("integer", "number"):
+            if value < prop.get("minimum", value) or value > prop.get("maximum", value):
+                raise UnreadableAnswer(f"{name}: out of bounds")
 
 
 def _schema(request: Any) -> dict[str, Any]:
@@ -355,13 +423,7 @@ def answer_from_reply(text: str, request: dict[str, Any]) -> dict[str, Any]:
     for name, prop in properties.items():
         if name not in content and isinstance(prop, dict) and "default" in prop:
             content[name] = prop["default"]
-    import jsonschema  # ships with the MCP SDK; validates the requested schema as the server will
-
-    try:
-        jsonschema.validate(content, schema)
-    except jsonschema.ValidationError as exc:
-        where = ".".join(str(p) for p in exc.absolute_path) or "answer"
-        raise UnreadableAnswer(f"{where}: {exc.message}") from None
+    _check_answer(content, schema)
     return {"action": "accept", "content": content}
 
 

@@ -18,6 +18,8 @@ from hatchway.engine.items import Message
 from hatchway.engine.providers.base import ModelRequest
 from hatchway.errors import HatchwayError, ToolError
 
+MAX_SAMPLING_PROMPT_CHARS = 32_000
+"""The longest prompt (system prompt and messages) a server may have the gateway's model read."""
 MAX_SAMPLING_TOKENS = 4096
 """The most tokens one sampling answer may use, whatever the server asks for."""
 _STOP_REASONS = {"stop": "endTurn", "length": "maxTokens"}
@@ -34,6 +36,14 @@ class RunSampler:
     async def __call__(self, request: Any, ctx: RunContext) -> types.CreateMessageResult:
         params = request.params
         items: list[Message] = []
+        size = len(params.system_prompt or "") + sum(
+            len(getattr(m.content, "text", "") or "") for m in params.messages
+        )
+        if size > MAX_SAMPLING_PROMPT_CHARS:
+            raise ToolError(
+                f"the server's sampling request is {size} characters; at most {MAX_SAMPLING_PROMPT_CHARS}",
+                code="mcp_input_unsupported",
+            )
         if params.system_prompt:
             items.append(Message(role="system", content=params.system_prompt))
         for message in params.messages:

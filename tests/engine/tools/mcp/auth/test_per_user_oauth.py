@@ -120,6 +120,9 @@ class Browser:
         page = context.new_page()
         page.on("request", lambda r: "/oauth/callback" in r.url and self.redirects.append(r.url))
         page.goto(link)
+        # The gateway's page says whose account this connects and where the sign-in happens.
+        assert f"for the user {user}" in page.inner_text("body")
+        page.click("#continue")
         page.fill("#username", user)
         page.fill("#password", password)
         page.click("#allow")

@@ -289,6 +289,7 @@ class UserGrantService:
                 client_metadata_url=self.client_metadata_url,
                 auth_method=server.auth.client_auth,
                 refresh_lock=self._refresh_lock(key) if self.cache is not None else None,
+                always_ask=True,
             )
             self._flows[key] = flow
             while len(self._flows) > self.max_cached_flows:
@@ -368,12 +369,17 @@ class UserGrantService:
 
     async def authorization_url(self, consent_id: str) -> str | None:
         """Where ``/oauth/connect/{id}`` sends the person: the pending authorization's URL, or None."""
+        found = await self.pending_consent(consent_id)
+        return found[0] if found is not None else None
+
+    async def pending_consent(self, consent_id: str) -> tuple[str, OAuthConsentRow] | None:
+        """The pending, unexpired authorization behind a consent link: its URL and its row."""
         async with self.db.session() as session:
             row = await session.get(OAuthConsentRow, consent_id)
         if row is None or row.status != "pending" or row.expires_at <= utcnow():
             return None
         payload = orjson.loads(await self.vault.open_blob(row.org_id, row.sealed, purpose=_CONSENT))
-        return str(payload["url"])
+        return str(payload["url"]), row
 
     async def accept_callback(self, state: str, code: str, iss: str | None) -> OAuthConsentRow | None:
         """The redirect came back: mark its pending authorization ``authorized`` (once) with the code.

@@ -32,6 +32,14 @@ def destination_origins(server: Any) -> list[tuple[str, str | None, Origin | Non
 def check_scope(secret: Secret, server: Any) -> None:
     """PermissionDenied (403) naming the secret and the destination unless every one is allowed:
     scheme, host and port (a bare ``allowed_hosts`` entry is https on 443)."""
+    if getattr(server.auth, "per_user", False):
+        raise PermissionDenied(
+            f"secret '{secret.name}' cannot be used by MCP server '{server.id}' of a plugin sent in the "
+            "request: with grant authorization_code the client secret goes to a token endpoint the "
+            "server names at run time, which cannot be checked against the secret's allowed_hosts; "
+            "use a public client (no secret_ref) or declare the plugin in hatchway.yaml",
+            code="secret_host_not_allowed",
+        )
     allowed = {allowed_origin(entry) for entry in secret.allowed_hosts}
     for role, _, origin in destination_origins(server):
         if origin is None:

@@ -352,6 +352,7 @@ class UserOAuth(OAuthClientProvider):
         auth_method: str | None = None,
         secret_sink: Callable[[str], None] | None = None,
         refresh_lock: Callable[[], AbstractAsyncContextManager[None]] | None = None,
+        always_ask: bool = False,
     ) -> None:
         storage = _Storage(store)
         super().__init__(
@@ -368,6 +369,9 @@ class UserOAuth(OAuthClientProvider):
         self.configured_scopes = list(scopes or [])
         self._secret_sink = secret_sink
         self.refresh_lock = refresh_lock
+        self.always_ask = always_ask
+        """Send ``prompt=consent``: the person sees what they grant even to a client approved before
+        (a consent link forwarded to someone else must not connect their account silently)."""
         """A lock shared by the replicas (the gateway's cache): a flow that will refresh holds it."""
 
     def set_secret_sink(self, sink: Callable[[str], None] | None) -> None:
@@ -375,10 +379,16 @@ class UserOAuth(OAuthClientProvider):
         self._secret_sink = sink
 
     def on_tokens(self, tokens: OAuthToken) -> None:
-        if self._secret_sink is not None:
+        """Report the tokens to the call's run (the flow may be shared by concurrent runs of one
+        user: the call's own scope says whose), else to the flow's sink."""
+        from hatchway.engine.tools.mcp.http import current_scope
+
+        scope = current_scope()
+        sink = scope.secret_sink if scope is not None and scope.secret_sink is not None else self._secret_sink
+        if sink is not None:
             for value in (tokens.access_token, tokens.refresh_token):
                 if value:
-                    self._secret_sink(value)
+                    sink(value)
 
     async def async_auth_flow(self, request: httpx2.Request):  # type: ignore[no-untyped-def,override]
         """The SDK's flow, holding ``refresh_lock`` when the stored token is about to be refreshed.
@@ -451,8 +461,10 @@ class UserOAuth(OAuthClientProvider):
         if scope:
             context.client_metadata.scope = scope
             params["scope"] = scope
-            if "offline_access" in scope.split():  # OpenID Connect asks for consent with offline access
-                params["prompt"] = "consent"
+        if self.always_ask:
+            params["prompt"] = "consent"
+        elif scope and "offline_access" in scope.split():  # OpenID Connect asks for it with offline access
+            params["prompt"] = "consent"
         request = AuthorizationRequest(
             url=f"{endpoint}?{urlencode(params)}",
             state=state,
@@ -461,6 +473,9 @@ class UserOAuth(OAuthClientProvider):
             issuer=str(context.oauth_metadata.issuer) if context.oauth_metadata else None,
         )
         result, answered = await self.consent.authorize(request)
+        current = str(context.oauth_metadata.issuer) if context.oauth_metadata else None
+        if answered.issuer is not None and current is not None and answered.issuer != current:
+            raise OAuthFlowError("the authorization server changed since the user was sent to it")
         if result.state is None or not _secrets.compare_digest(result.state, answered.state):
             raise OAuthFlowError("the authorization response's state does not match the request")
         validate_authorization_response_iss(result.iss, context.oauth_metadata)  # RFC 9207
