@@ -63,3 +63,19 @@ async def test_idle_sessions_expire_but_not_one_in_use(
         assert len(pool) == 1
     finally:
         await pool.aclose()
+
+
+async def test_listings_are_bounded_like_the_sessions() -> None:
+    """One listing per (organisation, end user, server) for per-user servers: a hostile key rotating
+    X-On-Behalf-Of values must not grow the pool's memory without bound."""
+    pool = McpServerPool(bounds=PoolBounds(max_sessions=2, max_sessions_per_org=2))
+    per_user = server("tickets", "https://mcp.example.com/mcp", type="oauth", grant="authorization_code")
+    first = pool.listing(per_user, "org_1", trusted=True, user="user-0")
+    for n in range(1, 50):
+        pool.listing(per_user, "org_1", trusted=True, user=f"user-{n}")
+    assert pool.listing(per_user, "org_1", trusted=True, user="user-49") is pool.listing(
+        per_user, "org_1", trusted=True, user="user-49"
+    )
+    assert pool.listing(per_user, "org_1", trusted=True, user="user-0") is not first  # the oldest went
+    assert len(pool._listings) <= 4
+    await pool.aclose()

@@ -188,6 +188,15 @@ class McpServerPool:
 
             listing = ToolListing(self.cache, f"mcp:tools:{key}", self.tools_ttl_seconds)
             self._listings[key] = listing
+            # Bounded like the sessions: listings of servers without a live session (end users who
+            # came once, a per-user server awaiting authorization) go first, oldest first; the shared
+            # cache still holds them for their TTL.
+            limit = self.bounds.max_sessions * 2
+            if len(self._listings) > limit:
+                for old in [k for k in self._listings if k not in self._sessions][
+                    : len(self._listings) - limit
+                ]:
+                    del self._listings[old]
         return listing
 
     async def discard(self, connection: McpConnection) -> None:
