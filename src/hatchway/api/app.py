@@ -43,6 +43,8 @@ class GatewayApp(FastAPI):
     """
 
     direct_routes: Mapping[str, ASGIApp] = MappingProxyType({})
+    mcp_endpoints: ASGIApp | None = None
+    """``/mcp/{name}``: the virtual MCP servers (``api/mcp_endpoints.py``), when any is configured."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -52,6 +54,9 @@ class GatewayApp(FastAPI):
             direct = self.direct_routes.get(scope["path"])
             if direct is not None:
                 await direct(scope, receive, send)
+                return
+            if self.mcp_endpoints is not None and scope["path"].startswith("/mcp/"):
+                await self.mcp_endpoints(scope, receive, send)
                 return
         await super().__call__(scope, receive, send)
 
@@ -74,11 +79,18 @@ def create_app(
     no longer walk the start-up heap (modules, settings, pools). For a process that serves only.
     """
     gw = gateway or Gateway(settings)
+    endpoints = None
+    if settings.mcp_endpoints:  # the MCP SDK's server loads only when an endpoint is configured
+        from hatchway.api.mcp_endpoints import McpEndpoints
+
+        endpoints = McpEndpoints(gw)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await gw.start()
         gw.tasks.spawn("jobs:worker", gw.responses.background.serve())  # queued responses, with Redis
+        if endpoints is not None:
+            gw.tasks.spawn("mcp:endpoints", endpoints.serve())
         if freeze_heap:
             gc.collect()
             gc.freeze()
@@ -89,6 +101,7 @@ def create_app(
 
     app = GatewayApp(title="Hatchway", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.gateway = gw
+    app.mcp_endpoints = endpoints
     install_error_handlers(app)
     install_openapi(app)
     for module in (

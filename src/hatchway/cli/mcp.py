@@ -153,3 +153,25 @@ def probe(
         timeout=timeout,
         config=config,
     )
+
+
+@mcp_app.command(
+    "endpoints",
+    epilog=examples("hatchway mcp endpoints --config hatchway.yaml"),
+)
+def endpoints(config: ConfigOption = DEFAULT_CONFIG) -> None:
+    """List the virtual MCP servers hatchway.yaml serves at /mcp/<name> (mcp_endpoints)."""
+    from rich.table import Table
+
+    from hatchway.cli.app import console, settings_from
+
+    settings = settings_from(config)
+    table = Table(title=f"{len(settings.mcp_endpoints)} MCP endpoints", title_justify="left")
+    for column in ("path", "tools of", "tools", "organisations"):
+        table.add_column(column)
+    for endpoint in settings.mcp_endpoints:
+        source = f"agent {endpoint.agent}" if endpoint.agent else f"plugin {endpoint.plugin}"
+        tools = "*" if endpoint.tools == "*" else ", ".join(endpoint.tools)
+        orgs = ", ".join(endpoint.organisations) if endpoint.organisations is not None else "all"
+        table.add_row(f"/mcp/{endpoint.name}", source, tools, orgs)
+    console.print(table)

@@ -204,6 +204,28 @@ class RunRecordSettings(StrictModel):
     counted). A record takes about 0.7 KiB (one model call), more with tool steps: 256 MiB holds ~380,000."""
 
 
+class McpEndpointConfig(StrictModel):
+    """A virtual MCP server Hatchway serves at ``/mcp/{name}``: the tools of an agent's plugin, or of
+    a plugin file, to MCP clients (Claude Code, Cursor, the SDKs) authenticated with a Hatchway key."""
+
+    name: Annotated[str, Field(pattern=_ID)]
+    """Served at ``/mcp/<name>``."""
+    agent: str | None = None
+    """Expose this agent's plugin's tools (an ``agents[].name``)."""
+    plugin: str | None = None
+    """Or a plugin file's (relative to hatchway.yaml)."""
+    tools: list[Annotated[str, Field(min_length=1)]] | Literal["*"] = "*"
+    """The tools exposed, by their namespaced names (``<server>__<tool>``) or globs; ``"*"``: all."""
+    organisations: list[Annotated[str, Field(min_length=1)]] | None = None
+    """The organisations (names or ids) whose keys may use it; every organisation when omitted."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> McpEndpointConfig:
+        if (self.agent is None) == (self.plugin is None):
+            raise ValueError("agent: give exactly one of agent or plugin")
+        return self
+
+
 class Settings(StrictModel):
     """The whole of hatchway.yaml. Every key but ``providers`` is optional."""
 
@@ -229,6 +251,8 @@ class Settings(StrictModel):
     """Bind a plugin to requests by model name, without a header."""
     agents: list[AgentConfig] = Field(default_factory=list)
     """Agents, addressed as model ``agent:<name>`` in both APIs."""
+    mcp_endpoints: list[McpEndpointConfig] = Field(default_factory=list)
+    """Virtual MCP servers served at ``/mcp/<name>`` (docs/mcp-endpoints.md)."""
     public_base_url: str | None = None
     """The gateway's address as end users' browsers reach it (``https://gateway.example.com``): the
     per-user OAuth links (``/oauth/connect/{id}``) and the redirect URI (``/oauth/callback``) are
@@ -342,6 +366,16 @@ class Settings(StrictModel):
         names = [a.name for a in self.agents]
         if len(names) != len(set(names)):
             raise ValueError("agents: agent names must be unique")
+        endpoints: set[str] = set()
+        for i, endpoint in enumerate(self.mcp_endpoints):
+            if endpoint.name in endpoints:
+                raise ValueError(f"mcp_endpoints[{i}].name: duplicate endpoint {endpoint.name!r}")
+            endpoints.add(endpoint.name)
+            agent = next((a for a in self.agents if a.name == endpoint.agent), None)
+            if endpoint.agent is not None and (agent is None or agent.plugin is None):
+                raise ValueError(
+                    f"mcp_endpoints[{i}].agent: {endpoint.agent!r} is not an agent with a plugin"
+                )
         for i, network in enumerate(self.metrics_allowed_networks):
             try:
                 ipaddress.ip_network(network, strict=False)

@@ -1,0 +1,117 @@
+"""Hatchway as an MCP server: an ``mcp_endpoints`` entry at ``/mcp/{name}``, used by the official MCP
+Python SDK's client on both protocol revisions, with a Hatchway key as bearer. The endpoint fronts
+an SDK-built upstream server whose bearer comes from the vault: the MCP client never sees it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.support.agent_loop import write_plugin
+from tests.support.gateway import RunningGateway
+from tests.support.mcp_servers import McpTestServer
+
+UPSTREAM_TOKEN = "upstream-token-7e3f9b2c1a"
+
+
+async def _session(url: str, key: str, mode: str, action: Callable[[Client], Any]) -> Any:
+    http = httpx2.AsyncClient(headers={"authorization": f"Bearer {key}"}, timeout=20)
+    async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:  # type: ignore[arg-type]
+        return await action(client)
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])  # 2026-07-28 stateless, and 2025-11-25 sessions
+def test_an_mcp_client_lists_and_calls_the_plugins_tools_through_hatchway(
+    mode: str, mcp_server_factory: Callable[..., McpTestServer], gateway_factory: Any, tmp_path: Path
+) -> None:
+    upstream = mcp_server_factory("calc", required_bearer=UPSTREAM_TOKEN)
+    plugin = write_plugin(
+        tmp_path,
+        "calc",
+        {
+            "mcp_servers": [
+                {
+                    "id": "calc",
+                    "url": upstream.url,
+                    "tools": ["add", "echo"],
+                    "auth": {"type": "bearer", "secret_ref": "secret.calc_token"},
+                }
+            ]
+        },
+    )
+    gateway: RunningGateway = gateway_factory(
+        allow_private_mcp_urls=True,
+        agents=[{"name": "calc", "model": "gpt-4o", "plugin": plugin}],
+        mcp_endpoints=[{"name": "tools", "agent": "calc", "tools": ["calc__add", "calc__echo"]}],
+    )
+    assert gateway.put_secret("calc_token", UPSTREAM_TOKEN).status_code == 201
+    url = f"{gateway.url}/mcp/tools"
+
+    async def use(client: Client) -> tuple[list[str], str, str, bool]:
+        listed = await client.list_tools()
+        added = await client.call_tool("calc__add", {"a": 2, "b": 3})
+        echoed = await client.call_tool("calc__echo", {"text": f"say {UPSTREAM_TOKEN}"})
+        missing = await client.call_tool("calc__fail", {"message": "x"})
+        return [t.name for t in listed.tools], added.content[0].text, echoed.content[0].text, missing.is_error
+
+    names, added, echoed, missing_is_error = asyncio.run(_session(url, gateway.key, mode, use))
+    assert names == ["calc__add", "calc__echo"]  # the allowlist, namespaced, in order
+    assert added == "5"
+    assert UPSTREAM_TOKEN not in echoed  # a vault secret echoed by the upstream is redacted
+    assert missing_is_error  # not exposed: a tool error, not a protocol failure
+    assert upstream.bearers() and set(upstream.bearers()) == {UPSTREAM_TOKEN}  # from the vault
+
+
+def test_the_endpoint_wants_a_hatchway_key_and_an_allowed_organisation(
+    mcp_server_factory: Callable[..., McpTestServer], gateway_factory: Any, tmp_path: Path
+) -> None:
+    upstream = mcp_server_factory("calc")
+    plugin = write_plugin(tmp_path, "calc", {"mcp_servers": [{"id": "calc", "url": upstream.url}]})
+    gateway: RunningGateway = gateway_factory(
+        allow_private_mcp_urls=True,
+        mcp_endpoints=[{"name": "only-acme", "plugin": plugin, "organisations": ["acme"]}],
+    )
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    anonymous = httpx.post(f"{gateway.url}/mcp/only-acme", json=body)
+    assert anonymous.status_code == 401 and anonymous.headers["www-authenticate"].startswith("Bearer")
+    other_org = httpx.post(
+        f"{gateway.url}/mcp/only-acme", json=body, headers={"authorization": f"Bearer {gateway.key}"}
+    )
+    assert other_org.status_code == 403
+    unknown = httpx.post(
+        f"{gateway.url}/mcp/nope", json=body, headers={"authorization": f"Bearer {gateway.key}"}
+    )
+    assert unknown.status_code == 404
+    acme = gateway.new_org("acme")
+
+    async def names(client: Client) -> list[str]:
+        return [t.name for t in (await client.list_tools()).tools]
+
+    listed = asyncio.run(_session(f"{gateway.url}/mcp/only-acme", acme.key, "auto", names))
+    assert "calc__add" in listed and listed == sorted(listed)
+
+
+def test_hatchway_mcp_endpoints_lists_them(tmp_path: Path) -> None:
+    from tests.support.cli import minimal_config, run
+
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "calc.yaml").write_text(
+        'version: "1"\nmcp_servers:\n  - {id: calc, url: "https://mcp.example.com/mcp"}\n'
+    )
+    config = minimal_config(
+        tmp_path,
+        mcp_endpoints=[
+            {"name": "tools", "plugin": "plugins/calc.yaml", "tools": ["calc__*"], "organisations": ["acme"]}
+        ],
+    )
+    shown = run(["mcp", "endpoints", "--config", str(config)], tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "/mcp/tools" in shown.stdout and "calc__*" in shown.stdout and "acme" in shown.stdout
