@@ -90,6 +90,7 @@ def test_the_endpoint_wants_a_hatchway_key_and_an_allowed_organisation(
         f"{gateway.url}/mcp/nope", json=body, headers={"authorization": f"Bearer {gateway.key}"}
     )
     assert unknown.status_code == 404
+    assert httpx.post(f"{gateway.url}/mcp/nope", json=body).status_code == 401  # no key: no telling
     acme = gateway.new_org("acme")
 
     async def names(client: Client) -> list[str]:
@@ -115,3 +116,44 @@ def test_hatchway_mcp_endpoints_lists_them(tmp_path: Path) -> None:
     shown = run(["mcp", "endpoints", "--config", str(config)], tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert "/mcp/tools" in shown.stdout and "calc__*" in shown.stdout and "acme" in shown.stdout
+
+
+def test_a_session_belongs_to_the_key_that_opened_it(
+    mcp_server_factory: Callable[..., McpTestServer], gateway_factory: Any, tmp_path: Path
+) -> None:
+    """2025-11-25 sessions: another organisation's key presenting the session id gets what an unknown
+    session gets (404), and cannot end it."""
+    upstream = mcp_server_factory("calc")
+    plugin = write_plugin(tmp_path, "calc", {"mcp_servers": [{"id": "calc", "url": upstream.url}]})
+    gateway: RunningGateway = gateway_factory(
+        allow_private_mcp_urls=True, mcp_endpoints=[{"name": "tools", "plugin": plugin}]
+    )
+    other = gateway.new_org()
+    url = f"{gateway.url}/mcp/tools"
+    accept = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    opened = httpx.post(
+        url,
+        headers={**accept, "authorization": f"Bearer {gateway.key}"},
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        },
+    )
+    assert opened.status_code == 200, opened.text
+    session = opened.headers["mcp-session-id"]
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+    session_headers = {**accept, "mcp-session-id": session, "mcp-protocol-version": "2025-11-25"}
+    stolen = httpx.post(
+        url, headers={**session_headers, "authorization": f"Bearer {other.key}"}, json=listing
+    )
+    assert stolen.status_code == 404
+    ended = httpx.delete(url, headers={**session_headers, "authorization": f"Bearer {other.key}"})
+    assert ended.status_code == 404
+    own = httpx.post(url, headers={**session_headers, "authorization": f"Bearer {gateway.key}"}, json=listing)
+    assert own.status_code == 200 and "calc__add" in own.text

@@ -101,7 +101,6 @@ def create_app(
 
     app = GatewayApp(title="Hatchway", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.gateway = gw
-    app.mcp_endpoints = endpoints
     install_error_handlers(app)
     install_openapi(app)
     for module in (
@@ -125,4 +124,6 @@ def create_app(
     app.add_middleware(ObservabilityMiddleware, **observed)
     chat = ErrorMiddleware(ChatCompletionsApp(gw))
     app.direct_routes = {ChatCompletionsApp.path: ObservabilityMiddleware(chat, **observed)}
+    if endpoints is not None:  # logged, measured and answered in the gateway's error shape like /v1
+        app.mcp_endpoints = ObservabilityMiddleware(ErrorMiddleware(endpoints), **observed)
     return app

@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 PREFIX = "/mcp/"
 _PRINCIPAL = "hatchway_principal"
+MAX_SESSIONS = 1000
+"""2025-11-25 sessions one endpoint keeps at once (a new one past it is 503; 2026-07-28 needs none)."""
+SESSION_IDLE_SECONDS = 600.0
+"""A 2025-11-25 session with no request for this long is closed."""
 
 
 class Endpoint:
@@ -54,7 +58,9 @@ class Endpoint:
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
         )
-        self.sessions = StreamableHTTPSessionManager(app=self.server)
+        self.sessions = StreamableHTTPSessionManager(
+            app=self.server, max_sessions=MAX_SESSIONS, session_idle_timeout=SESSION_IDLE_SECONDS
+        )
 
     def allows_org(self, principal: Principal) -> bool:
         allowed = self.config.organisations
@@ -81,10 +87,12 @@ class Endpoint:
             known_secrets=self.gateway.models.secrets,
         )
 
-    async def _tools(self, ctx: RunContext) -> list[tuple[str, McpServerConfig, Any]]:
+    async def _tools(
+        self, ctx: RunContext, servers: list[McpServerConfig] | None = None
+    ) -> list[tuple[str, McpServerConfig, Any]]:
         client = self._client()
         found: list[tuple[str, McpServerConfig, Any]] = []
-        for server in self.plugin.mcp_servers:
+        for server in self.plugin.mcp_servers if servers is None else servers:
             try:
                 tools = await client.list_tools(server, ctx)
             except HatchwayError as exc:
@@ -107,7 +115,16 @@ class Endpoint:
         import mcp_types as types
 
         ctx = self._context(request_ctx)
-        routes = {name: (server, tool.name) for name, server, tool in await self._tools(ctx)}
+        try:
+            return await self._call(types, ctx, params)
+        except Exception as exc:  # the SDK would send its text unredacted to 2025-era clients
+            logger.exception("MCP endpoint %s: the call of %s failed", self.config.name, params.name)
+            return _error(types, ctx.redact(f"the call failed ({type(exc).__name__})"))
+
+    async def _call(self, types: Any, ctx: RunContext, params: Any) -> Any:
+        # Only the server the name points at is listed: a slow one never delays the others' calls.
+        servers = [s for s in self.plugin.mcp_servers if params.name.startswith(namespaced_name(s.id, ""))]
+        routes = {name: (server, tool.name) for name, server, tool in await self._tools(ctx, servers)}
         route = routes.get(params.name)
         if route is None:
             return _error(types, f"No tool named '{params.name}' is available.")
@@ -119,7 +136,7 @@ class Endpoint:
         assert result is not None
         structured = result.structured if isinstance(result.structured, dict) else None
         if structured is not None:  # the tool's outputSchema promises it; redacted like the text
-            structured = orjson.loads(ctx.redact(orjson.dumps(structured).decode()))
+            structured = ctx.redact_value(structured)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=ctx.redact(result.text))],
             structured_content=structured,
@@ -157,9 +174,9 @@ class McpEndpoints:
         name = scope["path"][len(PREFIX) :].strip("/")
         endpoint = self.endpoints.get(name)
         try:
+            principal = await self._authenticate(scope)  # first: no key, no telling which names exist
             if endpoint is None:
                 raise NotFound(f"no MCP endpoint '{name}'")
-            principal = await self._authenticate(scope)
             if not endpoint.allows_org(principal):
                 raise PermissionDenied(f"this organisation may not use the MCP endpoint '{name}'")
         except HatchwayError as exc:
@@ -168,12 +185,25 @@ class McpEndpoints:
                 response.headers["www-authenticate"] = 'Bearer realm="hatchway"'
             await response(scope, receive, send)
             return
-        scope = {**scope, "state": {**scope.get("state", {}), _PRINCIPAL: principal}}
+        scope = {
+            **scope,
+            "state": {**scope.get("state", {}), _PRINCIPAL: principal},
+            # The SDK binds a 2025-11-25 session to the credential that opened it: this key.
+            "user": _session_owner(principal),
+        }
         await endpoint.sessions.handle_request(scope, receive, send)
 
     async def _authenticate(self, scope: Scope) -> Principal:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         return await self.gateway.orgs.authenticate(bearer_token(headers.get("authorization", "")))
+
+
+def _session_owner(principal: Principal) -> Any:
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+    from mcp.server.auth.provider import AccessToken
+
+    subject = principal.key_id or principal.org_id
+    return AuthenticatedUser(AccessToken(token="", client_id=principal.org_id, scopes=[], subject=subject))
 
 
 async def _forever() -> None:
