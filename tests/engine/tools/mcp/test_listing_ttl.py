@@ -15,16 +15,9 @@ from hatchway.engine.tools.mcp.pool import McpServerPool
 from hatchway.store.cache import MemoryCache
 from tests.support.server_configs import server
 from tests.support.servers import ServerThread
+from tests.support.token_endpoint import Clock
 
 pytestmark = pytest.mark.anyio
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _serve(ttl_ms: int | None) -> ServerThread:

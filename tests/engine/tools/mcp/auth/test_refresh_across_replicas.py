@@ -9,8 +9,7 @@ the stand-in), and two independent sets of the gateway's MCP client objects (poo
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -27,7 +26,6 @@ from hatchway.store.cache import Cache, MemoryCache
 from hatchway.store.db import Database
 from hatchway.store.orgs import OrgStore
 from hatchway.vault import Vault, load_master_key
-from tests.support.backends import REDIS_URL
 from tests.support.oauth_server import AuthorizedMcpServer, OAuthTestServer
 
 pytestmark = pytest.mark.anyio
@@ -42,20 +40,6 @@ def servers() -> Iterator[tuple[OAuthTestServer, AuthorizedMcpServer]]:
     yield idp, mcp
     mcp.stop()
     idp.stop()
-
-
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-async def shared(request: pytest.FixtureRequest) -> AsyncIterator[Cache]:
-    if request.param == "memory":
-        yield MemoryCache()
-        return
-    if not REDIS_URL:
-        pytest.skip("Redis not configured: set HATCHWAY_TEST_REDIS_URL")
-    from hatchway.store.redis_cache import RedisCache
-
-    cache = RedisCache(REDIS_URL, prefix=f"hatchway-test:{uuid.uuid4().hex}:")
-    yield cache
-    await cache.close()
 
 
 async def test_two_replicas_refresh_one_users_token_without_asking_the_user_again(

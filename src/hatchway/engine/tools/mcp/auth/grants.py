@@ -348,23 +348,27 @@ class UserGrantService:
             )
         return f"{self.public_base_url}{CONNECT_PATH}/{consent_id}"
 
-    async def pending_link(self, org_id: str, user: str, key: str) -> str | None:
-        """The link of this user's unexpired pending authorization of the server, if any (one at a time)."""
+    async def _latest(self, org_id: str, user: str, key: str, status: str) -> OAuthConsentRow | None:
+        """This user's newest unexpired authorization of the server in ``status``."""
         async with self.db.session() as session:
-            row = (
+            return (
                 await session.execute(
                     select(OAuthConsentRow)
                     .where(
                         OAuthConsentRow.org_id == org_id,
                         OAuthConsentRow.end_user == user,
                         OAuthConsentRow.server_key == key,
-                        OAuthConsentRow.status == "pending",
+                        OAuthConsentRow.status == status,
                         OAuthConsentRow.expires_at > utcnow(),
                     )
                     .order_by(OAuthConsentRow.created_at.desc())
                     .limit(1)
                 )
             ).scalar_one_or_none()
+
+    async def pending_link(self, org_id: str, user: str, key: str) -> str | None:
+        """The link of this user's unexpired pending authorization of the server, if any (one at a time)."""
+        row = await self._latest(org_id, user, key, "pending")
         return f"{self.public_base_url}{CONNECT_PATH}/{row.id}" if row is not None else None
 
     async def authorization_url(self, consent_id: str) -> str | None:
@@ -413,20 +417,7 @@ class UserGrantService:
         self, org_id: str, user: str, key: str
     ) -> tuple[AuthorizationCodeResult, AuthorizationRequest] | None:
         """The code of this user's authorized (and not yet used) authorization of the server, once."""
-        async with self.db.session() as session:
-            row = (
-                await session.execute(
-                    select(OAuthConsentRow)
-                    .where(
-                        OAuthConsentRow.org_id == org_id,
-                        OAuthConsentRow.end_user == user,
-                        OAuthConsentRow.server_key == key,
-                        OAuthConsentRow.status == "authorized",
-                    )
-                    .order_by(OAuthConsentRow.created_at.desc())
-                    .limit(1)
-                )
-            ).scalar_one_or_none()
+        row = await self._latest(org_id, user, key, "authorized")
         if row is None:
             return None
         from mcp.shared.auth import AuthorizationCodeResult

@@ -122,12 +122,7 @@ class VaultCredentials:
         kind = auth_type(server)
         if kind == "none" or per_user(server):  # per-user OAuth authenticates in ``user_auth``
             return {}
-        try:
-            secret = await self._secret(server, ctx)
-            if not trusted:
-                check_scope(secret, server)
-        except (VaultError, RequestError) as exc:
-            raise McpAuthError(f"MCP server '{server.id}': {exc.message}", code=exc.code) from None
+        secret = await self._scoped_secret(server, ctx, trusted=trusted)
         what = f"MCP server '{server.id}'"
         if kind == "bearer":
             return {"Authorization": "Bearer " + header_safe(secret.value, f"secret '{secret.name}'")}
@@ -169,14 +164,18 @@ class VaultCredentials:
             )
         client_secret = None
         if server.auth.secret_ref is not None:
-            try:
-                secret = await self._secret(server, ctx)
-                if not trusted:
-                    check_scope(secret, server)
-            except (VaultError, RequestError) as exc:
-                raise McpAuthError(f"MCP server '{server.id}': {exc.message}", code=exc.code) from None
-            client_secret = secret.value
+            client_secret = (await self._scoped_secret(server, ctx, trusted=trusted)).value
         return await self.user_grants.flow(server, ctx, client_secret=client_secret, trusted=trusted)
+
+    async def _scoped_secret(self, server: Any, ctx: RunContext, *, trusted: bool) -> Secret:
+        """The server's secret, checked against its allowed hosts for inline plugins; McpAuthError else."""
+        try:
+            secret = await self._secret(server, ctx)
+            if not trusted:
+                check_scope(secret, server)
+        except (VaultError, RequestError) as exc:
+            raise McpAuthError(f"MCP server '{server.id}': {exc.message}", code=exc.code) from None
+        return secret
 
     async def _secret(self, server: Any, ctx: RunContext) -> Secret:
         secret = await self.vault.get(ctx.org_id, secret_name(server))
