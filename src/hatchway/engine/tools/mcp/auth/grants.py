@@ -300,7 +300,7 @@ class UserGrantService:
         store.client_secret = client_secret
         consent = flow.consent
         assert isinstance(consent, ConversationConsent)
-        consent.ctx = ctx
+        consent.ctx, consent.trusted = ctx, trusted  # this call's, not the first caller's
         flow.set_secret_sink(ctx.add_secret)
         flow._initialized = False  # reload the stored grant (see the docstring)
         return flow
