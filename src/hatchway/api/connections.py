@@ -21,7 +21,7 @@ from starlette.responses import HTMLResponse, Response
 from hatchway.api.auth import authenticate, gateway_of
 from hatchway.config.plugin import McpServerConfig, PluginConfig
 from hatchway.engine.context import Principal, RunContext
-from hatchway.engine.tools.mcp.auth.grants import CLIENT_METADATA_PATH, CONNECT_PATH
+from hatchway.engine.tools.mcp.auth.grants import CLIENT_METADATA_PATH, CONNECT_PATH, OAuthConsentRow
 from hatchway.errors import HatchwayError, InvalidRequest, NotFound
 
 logger = logging.getLogger(__name__)
@@ -84,27 +84,27 @@ async def callback(request: Request) -> Response:
     return _page("Connected", f"Your account is connected to {row.server_id}. Go back to the conversation.")
 
 
-async def _complete(request: Request, row: object) -> None:
+async def _complete(request: Request, row: OAuthConsentRow) -> None:
     """Redeem the code now, through the client code every call uses (a listing of the tools)."""
     from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient  # the MCP SDK: see mcp/pool.py
 
     gw = gateway_of(request)
-    server = McpServerConfig.model_validate(await gw.user_grants.consent_server(row))  # type: ignore[arg-type]
-    org = await gw.orgs.get_org(row.org_id)  # type: ignore[attr-defined]
+    server = McpServerConfig.model_validate(await gw.user_grants.consent_server(row))
+    org = await gw.orgs.get_org(row.org_id)
     ctx = RunContext.from_headers(
         Principal(org_id=org.id, org_name=org.name),
-        {"x-on-behalf-of": row.end_user},  # type: ignore[attr-defined]
+        {"x-on-behalf-of": row.end_user},
         deadline_seconds=_COMPLETE_SECONDS,
     )
-    # The listing may be fresh from before (another user's? no: per user; this user's earlier one):
-    # dropped, so the request below reaches the server and redeems the code now.
-    await gw.mcp_pool.listing(server, org.id, trusted=row.trusted, user=row.end_user).forget()  # type: ignore[attr-defined]
+    # This user's listing may still be fresh from before: dropped, so the request below reaches the
+    # server and redeems the code now, while it is valid.
+    await gw.mcp_pool.listing(server, org.id, trusted=row.trusted, user=row.end_user).forget()
     client = PluginMcpClient(
         PluginConfig(version="1", mcp_servers=[server]),
-        trusted=row.trusted,  # type: ignore[attr-defined]
+        trusted=row.trusted,
         pool=gw.mcp_pool,
         credentials=gw.mcp_credentials,
-        guard_egress=not row.trusted and not gw.settings.allow_private_mcp_urls,  # type: ignore[attr-defined]
+        guard_egress=not row.trusted and not gw.settings.allow_private_mcp_urls,
     )
     await client.list_tools(server, ctx)
 

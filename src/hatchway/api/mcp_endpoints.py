@@ -14,6 +14,7 @@ prompts and OAuth resource-server mode are not (see docs/mcp-endpoints.md).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fnmatch
 import logging
@@ -207,6 +208,4 @@ def _session_owner(principal: Principal) -> Any:
 
 
 async def _forever() -> None:
-    import asyncio
-
     await asyncio.Event().wait()

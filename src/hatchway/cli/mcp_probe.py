@@ -21,8 +21,8 @@ from hatchway.cli.app import console, err_console, fail, settings_from
 from hatchway.cli.mcp_target import PROBE_SERVER_ID, OAuthInputs, SecretInputs, Target, build_server
 from hatchway.config.plugin import McpServerConfig, load_plugin
 from hatchway.engine.tools.mcp.auth import VaultCredentials
+from hatchway.engine.tools.mcp.auth.consent import HeadlessConsent, LoopbackConsent
 from hatchway.engine.tools.mcp.auth.discovery import AuthorizationServer
-from hatchway.engine.tools.mcp.auth.user_oauth import HeadlessConsent, LoopbackConsent
 from hatchway.engine.tools.mcp.inputs import GivenAnswers
 from hatchway.engine.tools.mcp.probe import (
     GivenSecrets,

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from hatchway.engine.tools.mcp.questions import UnreadableAnswer, answer_from_reply, check_requested_schema
+from hatchway.engine.tools.mcp.answers import UnreadableAnswer, answer_from_reply, check_requested_schema
 from hatchway.errors import ToolError
 
 

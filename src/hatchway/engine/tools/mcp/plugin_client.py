@@ -307,7 +307,7 @@ class PluginMcpClient:
 
 def user_auth_failure(server: McpServerConfig, failure: Exception, ctx: RunContext) -> ToolError:
     """What a failed per-user OAuth flow means for the call: the user must authorize, or it failed."""
-    from hatchway.engine.tools.mcp.auth.user_oauth import AuthorizationPending
+    from hatchway.engine.tools.mcp.auth.consent import AuthorizationPending
 
     if isinstance(failure, AuthorizationPending):
         return AuthorizationRequired(server.id, failure.link)

@@ -15,7 +15,8 @@ import mcp_types as types
 
 from hatchway.config.plugin import McpServerConfig, PluginConfig
 from hatchway.engine.context import Principal, RunContext
-from hatchway.engine.tools.mcp.auth.user_oauth import Consent, MemoryGrants, UserOAuth, pre_registered
+from hatchway.engine.tools.mcp.auth.consent import Consent
+from hatchway.engine.tools.mcp.auth.user_oauth import MemoryGrants, UserOAuth, pre_registered
 from hatchway.engine.tools.mcp.calls import McpCallResult
 from hatchway.engine.tools.mcp.credentials import McpCredentials
 from hatchway.engine.tools.mcp.inputs import InputAnswerer
@@ -92,7 +93,6 @@ class ProbeGrants:
                 client_metadata_url=self.client_metadata_url,
                 auth_method=self.auth_method,
             )
-        self._flow.set_secret_sink(ctx.add_secret)  # the tokens are the run's secrets: redacted
         return self._flow
 
 

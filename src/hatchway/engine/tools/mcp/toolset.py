@@ -13,18 +13,12 @@ from hatchway.config.plugin import McpServerConfig
 from hatchway.engine.context import ListingFailure, RunContext
 from hatchway.engine.items import FunctionCall, FunctionCallOutput, Item, Message, ToolSpec
 from hatchway.engine.tools.base import Interruption, RunPreamble, ToolResult, Toolset
+from hatchway.engine.tools.mcp.answers import UnreadableAnswer, answer_from_reply
 from hatchway.engine.tools.mcp.forwarding import forwarded_headers
 from hatchway.engine.tools.mcp.naming import namespaced_name
 from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
 from hatchway.engine.tools.mcp.pool import connection_key
-from hatchway.engine.tools.mcp.questions import (
-    InputQuestions,
-    InputRequested,
-    PendingInput,
-    UnreadableAnswer,
-    answer_from_reply,
-    check_answerer,
-)
+from hatchway.engine.tools.mcp.questions import InputQuestions, InputRequested, PendingInput, check_answerer
 from hatchway.engine.tools.payloads import error_body, fit_output, parse_arguments
 from hatchway.errors import AuthorizationRequired, HatchwayError, ToolOutcomeUnknown, ToolTimeout
 from hatchway.store.cache import Cache

@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from hatchway.engine.tools.mcp.auth import VaultCredentials
-from hatchway.engine.tools.mcp.auth.user_oauth import HeadlessConsent
+from hatchway.engine.tools.mcp.auth.consent import HeadlessConsent
 from hatchway.engine.tools.mcp.probe import GivenSecrets, ProbeGrants, probe_context, probe_server
 from hatchway.errors import ToolError
 from hatchway.store.cache import MemoryCache

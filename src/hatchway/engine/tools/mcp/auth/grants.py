@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     # The MCP SDK loads with the first per-user call, not with the gateway (see ``mcp/pool.py``).
     from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull
 
-    from hatchway.engine.tools.mcp.auth.user_oauth import AuthorizationRequest, StoredGrant, UserOAuth
+    from hatchway.engine.tools.mcp.auth.consent import AuthorizationRequest
+    from hatchway.engine.tools.mcp.auth.user_oauth import StoredGrant, UserOAuth
 
 logger = logging.getLogger(__name__)
 
@@ -220,7 +221,7 @@ class ConversationConsent:
     async def authorize(
         self, request: AuthorizationRequest
     ) -> tuple[AuthorizationCodeResult, AuthorizationRequest]:
-        from hatchway.engine.tools.mcp.auth.user_oauth import AuthorizationPending
+        from hatchway.engine.tools.mcp.auth.consent import AuthorizationPending
 
         service, key, org = self.service, server_key(self.server), self.ctx.org_id
         redeemed = await service.redeem(org, self.user, key)
@@ -301,7 +302,6 @@ class UserGrantService:
         consent = flow.consent
         assert isinstance(consent, ConversationConsent)
         consent.ctx, consent.trusted = ctx, trusted  # this call's, not the first caller's
-        flow.set_secret_sink(ctx.add_secret)
         flow._initialized = False  # reload the stored grant (see the docstring)
         return flow
 
@@ -422,7 +422,7 @@ class UserGrantService:
             return None
         from mcp.shared.auth import AuthorizationCodeResult
 
-        from hatchway.engine.tools.mcp.auth.user_oauth import AuthorizationRequest
+        from hatchway.engine.tools.mcp.auth.consent import AuthorizationRequest
 
         async with self.db.session() as session:
             claimed = await session.execute(
