@@ -242,6 +242,8 @@ class McpServerError(ToolError):
     """The MCP server could not be reached or broke the protocol."""
 
     default_code = "mcp_server_error"
+    rpc_error: Any = None
+    """The server's JSON-RPC error (``ErrorData``) when it answered with one."""
 
 
 class McpAuthError(McpServerError):

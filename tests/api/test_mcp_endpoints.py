@@ -157,3 +157,47 @@ def test_a_session_belongs_to_the_key_that_opened_it(
     assert ended.status_code == 404
     own = httpx.post(url, headers={**session_headers, "authorization": f"Bearer {gateway.key}"}, json=listing)
     assert own.status_code == 200 and "calc__add" in own.text
+
+
+def test_dns_rebinding_is_refused_and_a_down_upstream_is_a_tool_error_in_the_run_log(
+    mcp_server_factory: Callable[..., McpTestServer], gateway_factory: Any, tmp_path: Path
+) -> None:
+    upstream = mcp_server_factory("calc")
+    plugin = write_plugin(
+        tmp_path, "calc", {"mcp_servers": [{"id": "calc", "url": upstream.url, "max_retries": 0}]}
+    )
+    gateway: RunningGateway = gateway_factory(
+        allow_private_mcp_urls=True,
+        mcp_allowed_hosts=["mcp.example.com"],
+        mcp_endpoints=[{"name": "tools", "plugin": plugin}],
+    )
+    url = f"{gateway.url}/mcp/tools"
+    headers = {
+        "authorization": f"Bearer {gateway.key}",
+        "accept": "application/json, text/event-stream",
+        "mcp-protocol-version": "2026-07-28",
+        "mcp-method": "tools/list",
+    }
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta}}
+    # A page on evil.example whose name now resolves to the gateway: its Host and Origin give it away.
+    assert httpx.post(url, json=body, headers={**headers, "host": "evil.example"}).status_code == 421
+    assert httpx.post(url, json=body, headers={**headers, "origin": "http://evil.example"}).status_code == 403
+    assert httpx.post(url, json=body, headers={**headers, "host": "mcp.example.com"}).status_code == 200
+    assert httpx.post(url, json=body, headers=headers).status_code == 200  # loopback, no Origin
+
+    async def call_while_down(client: Client) -> Any:
+        await client.list_tools()
+        upstream.stop()
+        return await client.call_tool("calc__add", {"a": 1, "b": 2})
+
+    result = asyncio.run(_session(url, gateway.key, "auto", call_while_down))
+    assert result.is_error and "calc" in result.content[0].text  # a tool error, not a protocol failure
+    logs = httpx.get(f"{gateway.url}/v1/logs", headers={"authorization": f"Bearer {gateway.key}"}).json()
+    record = next(r for r in logs["data"] if r["route"] == "mcp:tools")
+    step = record["steps"][-1]
+    assert step["type"] == "tool_call" and step["name"] == "calc__add" and step["server"] == "calc"
+    assert step["outcome"] == "error"

@@ -218,6 +218,18 @@ class McpEndpointConfig(StrictModel):
     """The tools exposed, by their namespaced names (``<server>__<tool>``) or globs; ``"*"``: all."""
     organisations: list[Annotated[str, Field(min_length=1)]] | None = None
     """The organisations (names or ids) whose keys may use it; every organisation when omitted."""
+    namespace: bool = True
+    """Tools and prompts named ``<server>__<name>`` as the model sees them in the loop; ``false``:
+    the upstream's own names (for an endpoint fronting one server; a name two servers share is
+    served by the first)."""
+    resources: bool = False
+    """Pass the servers' resources and resource templates through (``resources/list``, ``read``)."""
+    prompts: bool = False
+    """Pass the servers' prompts through (``prompts/list``, ``prompts/get``) and their completions."""
+    confirm_tool: bool = True
+    """For clients that can be asked nothing (no elicitation), list a ``confirm_operation`` tool that
+    confirms or cancels a pending operation by id; it is the client's own tool approval that then
+    stands between its model and the confirmation (docs/mcp-endpoints.md)."""
 
     @model_validator(mode="after")
     def _one_source(self) -> McpEndpointConfig:
@@ -258,6 +270,13 @@ class Settings(StrictModel):
     per-user OAuth links (``/oauth/connect/{id}``) and the redirect URI (``/oauth/callback``) are
     built from it, and with https it serves Hatchway's Client ID Metadata Document at
     ``/oauth/client-metadata.json``. Defaults to the address ``hatchway serve`` listens on."""
+    mcp_allowed_hosts: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    """``Host`` values the MCP endpoints (``/mcp/…``) answer besides loopback (any port) and the host of
+    ``public_base_url``: a request naming another host is 421 (DNS rebinding protection). ``name:*``
+    allows any port."""
+    mcp_allowed_origins: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    """``Origin`` values a browser may send to the MCP endpoints besides loopback origins and
+    ``public_base_url``'s; another is 403. Requests without ``Origin`` (non-browser clients) pass."""
     oauth_consent_ttl_seconds: Annotated[float, Field(gt=0, le=86_400)] = 900.0
     """How long a per-user OAuth link stays valid; an expired one is replaced on the user's next turn."""
     allow_private_mcp_urls: bool = False

@@ -8,7 +8,7 @@ retries as the loop's own MCP calls.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hatchway.engine.context import RunContext
@@ -22,6 +22,9 @@ class McpCallResult:
     """``structuredContent`` when the server sent it; otherwise the text parsed as JSON when it parses."""
     is_error: bool
     """The tool's own ``isError`` flag (a tool-level failure, not a transport one)."""
+    content: list[Any] = field(default_factory=list, repr=False)
+    """The result's content blocks as the server sent them (SDK models), for an MCP endpoint that
+    relays them whole (images, audio, resources); the model reads ``text``."""
 
 
 class McpToolCaller(Protocol):

@@ -21,6 +21,7 @@ from mcp import Client
 from mcp.client.sse import sse_client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp_types import CLIENT_CAPABILITIES_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from hatchway.config.plugin import McpServerConfig
@@ -210,6 +211,7 @@ class McpConnection:
                 # half-open session that every later call waits on.
                 async with asyncio.timeout(self.server.timeout_ms / 1000):
                     await stack.enter_async_context(client)
+                forward_client_capabilities(client)
                 self._client = client
                 ready.set_result(None)
                 await self._serve(client)
@@ -363,3 +365,32 @@ def _describe(exc: BaseException) -> str:
         exc = exc.exceptions[0]
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+FORWARDED_CAPABILITIES: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "hatchway_forwarded_capabilities", default=None
+)
+"""The client capabilities a request made for an MCP endpoint's client declares upstream instead of
+the gateway's own (``api/mcp_endpoints``): the upstream asks only for what that client can give."""
+
+
+def forward_client_capabilities(client: Client) -> None:
+    """On a 2026-07-28 session, let a request declare ``FORWARDED_CAPABILITIES`` in its ``_meta``.
+
+    The SDK stamps every request with the capabilities the session was built with and has no
+    per-request override, so its stamp (``ClientSession._stamp``, set once at discovery) is wrapped
+    here; without the attribute (another SDK release) nothing is forwarded and the gateway's own
+    capabilities are declared, as before."""
+    session = client.session
+    stamp = getattr(session, "_stamp", None)
+    if stamp is None or client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        return
+
+    def forwarding(data: dict[str, Any], opts: Any) -> None:
+        stamp(data, opts)
+        forwarded = FORWARDED_CAPABILITIES.get()
+        meta = (data.get("params") or {}).get("_meta")
+        if forwarded is not None and isinstance(meta, dict):
+            meta[CLIENT_CAPABILITIES_META_KEY] = forwarded
+
+    session._stamp = forwarding  # a private attribute: see the docstring

@@ -158,6 +158,7 @@ async def call_tool_with_inputs(
     first_round: int = 1,
     server_url: str | None = None,
     sampler: Any = None,
+    progress: Any = None,
 ) -> types.CallToolResult:
     """Call ``tool``, answering every round of input through ``answerer`` (refused when None).
 
@@ -169,7 +170,7 @@ async def call_tool_with_inputs(
     # Rounds are numbered across turns (a call resumed after the user's answer goes on counting),
     # and ``max_rounds`` bounds them all.
     for number in range(first_round, max_rounds + 2):
-        result = await _send(client, tool, arguments, meta, responses, state)
+        result = await _send(client, tool, arguments, meta, responses, state, progress)
         if not isinstance(result, types.InputRequiredResult):
             if not isinstance(result, types.CallToolResult):
                 raise ToolError(f"{server_id}: the server answered tools/call with an unexpected result")
@@ -217,6 +218,7 @@ async def _send(
     meta: dict[str, Any] | None,
     responses: dict[str, Any] | None,
     state: str | None,
+    progress: Any = None,
 ) -> Any:
     async def once() -> Any:
         return await client.session.call_tool(
@@ -226,6 +228,7 @@ async def _send(
             input_responses=responses,
             request_state=state,
             allow_input_required=True,
+            progress_callback=progress,
         )
 
     try:

@@ -146,6 +146,7 @@ class PluginMcpClient:
         input_responses: dict[str, Any] | None = None,
         request_state: str | None = None,
         input_round: int = 1,
+        progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None,
     ) -> RetriedCall:
         """Call ``tool``; failures are retried when that is safe, the tool's own ``isError`` never.
 
@@ -173,6 +174,7 @@ class PluginMcpClient:
                         first_round=input_round,
                         server_url=server.url or server.command,
                         sampler=self.sampler,
+                        progress=progress,
                     )
 
             return to_call_result(await conn.run(send, scope))
@@ -182,6 +184,21 @@ class PluginMcpClient:
         except _Failed as failed:
             return RetriedCall(result=None, error=failed.error, retries=failed.retries)
         return RetriedCall(result=result, error=None, retries=retries)
+
+    async def request(
+        self, server: McpServerConfig, ctx: RunContext, send: Callable[[Client], Awaitable[T]]
+    ) -> T:
+        """A read-only request on ``server``'s session (resources, prompts, completions, which an MCP
+        endpoint passes through) with the same auth, timeout and retries as a call; raises ToolError."""
+
+        async def operation(conn: McpConnection, scope: RequestScope) -> T:
+            return await conn.run(send, scope)
+
+        try:
+            result, _ = await self._with_retries(server, ctx, operation)
+        except _Failed as failed:
+            raise failed.error from None
+        return result
 
     async def call_mcp_tool(
         self,
@@ -359,4 +376,6 @@ def _protocol_failure(server: McpServerConfig, exc: MCPError) -> ToolError:
         return ToolTimeout(f"{server.id}: {exc.error.message}", transient=True)
     if exc.code == CONNECTION_CLOSED:
         return McpServerError(f"{server.id}: {exc.error.message}", code="mcp_connection_lost", transient=True)
-    return McpServerError(f"{server.id}: {exc.error.message}", code="mcp_protocol_error")
+    failure = McpServerError(f"{server.id}: {exc.error.message}", code="mcp_protocol_error")
+    failure.rpc_error = exc.error  # what an MCP endpoint relays to its own client (code and data)
+    return failure

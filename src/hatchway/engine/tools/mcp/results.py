@@ -21,7 +21,9 @@ def to_call_result(result: types.CallToolResult) -> McpCallResult:
             structured = None
     if not text and result.structured_content is not None:
         text = orjson.dumps(result.structured_content).decode()
-    return McpCallResult(text=text, structured=structured, is_error=bool(result.is_error))
+    return McpCallResult(
+        text=text, structured=structured, is_error=bool(result.is_error), content=list(result.content)
+    )
 
 
 def _block_text(block: Any) -> str:

@@ -1,0 +1,134 @@
+"""Hatchway as an MCP server: each ``mcp_endpoints`` entry served at ``/mcp/{name}``.
+
+One MCP SDK ``Server`` per endpoint, over the SDK's streamable HTTP session manager (2026-07-28
+stateless requests and 2025-11-25 sessions alike). A request is authenticated with a Hatchway API
+key as bearer (what Claude Code's and Cursor's ``headers`` send) before the SDK sees it; the
+endpoint's ``organisations`` bound who may use it. Its tools are the plugin's servers' tools,
+namespaced as in the loop (``<server>__<tool>``), in a deterministic order, and a call goes through
+the gateway's own MCP client: the pool, the vault's credentials (never the MCP client's: no token
+passthrough), per-user OAuth for ``X-On-Behalf-Of``, retries, redaction.
+
+What an endpoint serves, and how, is ``endpoint.py``'s; operations and their confirmation through
+MCP are ``operations.py``'s; an upstream's requests for input put to the client, ``relay.py``'s.
+This module is the ASGI side: authentication, the DNS-rebinding checks (``Host``/``Origin``, by the
+SDK's transport security against ``mcp_allowed_hosts``/``mcp_allowed_origins``), routing by name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.types import Receive, Scope, Send
+
+from hatchway.api.auth import bearer_token
+from hatchway.api.errors import error_response
+from hatchway.api.mcp_endpoints.endpoint import PRINCIPAL, Endpoint
+from hatchway.api.mcp_endpoints.operations import EndpointOperations
+from hatchway.config.plugin import load_plugin
+from hatchway.config.settings import Settings
+from hatchway.engine.context import Principal, RunContext
+from hatchway.errors import HatchwayError, NotFound, PermissionDenied
+
+if TYPE_CHECKING:
+    from hatchway.gateway import Gateway
+
+__all__ = ["PREFIX", "Endpoint", "McpEndpoints"]
+PREFIX = "/mcp/"
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+class McpEndpoints:
+    """Every endpoint of hatchway.yaml, as one ASGI app for the paths under ``/mcp/``."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        settings = gateway.settings
+        self.gateway = gateway
+        self.endpoints: dict[str, Endpoint] = {}
+        agents = {a.name: a for a in settings.agents}
+        services = gateway.planner.operations.services
+        # requestState sealed by one replica opens on every other: a key of the master key's.
+        state_key = hashlib.sha256(b"hatchway-mcp-request-state\0" + gateway.vault.master_key.key).digest()
+        transport = transport_security(settings)
+        for config in settings.mcp_endpoints:
+            source = config.plugin if config.plugin is not None else agents[config.agent or ""].plugin
+            assert source is not None
+            plugin = load_plugin(settings.resolve_path(source))
+            service = services.get(config.agent) if config.agent is not None else None
+            operations = EndpointOperations(service, confirm_tool=config.confirm_tool) if service else None
+            self.endpoints[config.name] = Endpoint(
+                config, plugin, gateway, operations=operations, state_key=state_key, transport=transport
+            )
+
+    async def serve(self) -> None:
+        """Run every endpoint's session manager until the gateway stops (a task of the gateway's)."""
+        async with contextlib.AsyncExitStack() as stack:
+            for endpoint in self.endpoints.values():
+                await stack.enter_async_context(endpoint.sessions.run())
+            await _forever()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        name = scope["path"][len(PREFIX) :].strip("/")
+        endpoint = self.endpoints.get(name)
+        try:
+            principal = await self._authenticate(scope)  # first: no key, no telling which names exist
+            if endpoint is None:
+                raise NotFound(f"no MCP endpoint '{name}'")
+            if not endpoint.allows_org(principal):
+                raise PermissionDenied(f"this organisation may not use the MCP endpoint '{name}'")
+            self._check_headers(scope, principal)
+        except HatchwayError as exc:
+            response = error_response(exc)
+            if exc.status_code == 401:
+                response.headers["www-authenticate"] = 'Bearer realm="hatchway"'
+            await response(scope, receive, send)
+            return
+        scope = {
+            **scope,
+            "state": {**scope.get("state", {}), PRINCIPAL: principal},
+            # The SDK binds a 2025-11-25 session to the credential that opened it: this key.
+            "user": _session_owner(principal),
+        }
+        await endpoint.sessions.handle_request(scope, receive, send)
+
+    async def _authenticate(self, scope: Scope) -> Principal:
+        return await self.gateway.orgs.authenticate(bearer_token(_headers(scope).get("authorization", "")))
+
+    def _check_headers(self, scope: Scope, principal: Principal) -> None:
+        """A bad ``X-On-Behalf-Of`` is the request's 400 now, not an error inside the MCP exchange."""
+        RunContext.from_headers(principal, _headers(scope), deadline_seconds=0)
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+
+
+def transport_security(settings: Settings) -> TransportSecuritySettings:
+    """DNS rebinding protection: the hosts and origins the endpoints answer (421 / 403 otherwise)."""
+    hosts = [f"{host}:*" for host in LOOPBACK_HOSTS] + list(LOOPBACK_HOSTS)
+    origins = [f"http://{host}:*" for host in LOOPBACK_HOSTS] + [f"http://{host}" for host in LOOPBACK_HOSTS]
+    if settings.public_base_url:
+        public = urlsplit(settings.public_base_url)
+        hosts.append(public.netloc)
+        origins.append(f"{public.scheme}://{public.netloc}")
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[*hosts, *settings.mcp_allowed_hosts],
+        allowed_origins=[*origins, *settings.mcp_allowed_origins],
+    )
+
+
+def _session_owner(principal: Principal) -> Any:
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+    from mcp.server.auth.provider import AccessToken
+
+    subject = principal.key_id or principal.org_id
+    return AuthenticatedUser(AccessToken(token="", client_id=principal.org_id, scopes=[], subject=subject))
+
+
+async def _forever() -> None:
+    await asyncio.Event().wait()

@@ -1,0 +1,499 @@
+"""One virtual MCP server (an ``mcp_endpoints`` entry): its tools, resources and prompts, and the
+SDK server answering for it.
+
+- **Tools**: an agent with tools.yaml exposes those tools under their policies (``operations.py``),
+  and nothing else of its plugin (as in the loop: the policies cannot be stepped around through
+  the plugin's raw tools); otherwise the plugin's servers' tools, each server's allowlist then the
+  endpoint's, named as the loop names them (or the upstream's names with ``namespace: false``),
+  sorted. A call goes through the gateway's own MCP client — the pool, the vault's credentials
+  (never the MCP client's: no token passthrough), per-user OAuth for ``X-On-Behalf-Of``, timeouts,
+  retries — its content is relayed whole and redacted of every secret the call used, and it is a
+  run in the run log (route ``mcp:<endpoint>``), with its span and metrics.
+- **Resources and prompts** (``resources: true`` / ``prompts: true``): listed from every server of
+  the plugin and read from the server that listed them.
+- An upstream's requests for input go to the endpoint's client (``relay.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import mcp_types as types
+import orjson
+from mcp.server.caching import CACHEABLE_METHODS, CacheHint
+from mcp.server.lowlevel import Server
+from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+
+from hatchway.api.mcp_endpoints.operations import EndpointOperations
+from hatchway.api.mcp_endpoints.relay import ClientSide, InputRelayed, RelayToClient, read_state, relay_state
+from hatchway.config.plugin import McpServerConfig, PluginConfig
+from hatchway.config.settings import McpEndpointConfig
+from hatchway.engine.context import Principal, RunContext
+from hatchway.engine.loop import RunResult
+from hatchway.engine.tools.mcp.connection import FORWARDED_CAPABILITIES
+from hatchway.engine.tools.mcp.naming import namespaced_name
+from hatchway.errors import HatchwayError, McpServerError, ToolError
+
+if TYPE_CHECKING:
+    from mcp import Client
+
+    from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
+    from hatchway.gateway import Gateway
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+PRINCIPAL = "hatchway_principal"
+"""Where the ASGI layer leaves the authenticated principal in the request's scope state."""
+MAX_SESSIONS = 1000
+"""2025-11-25 sessions one endpoint keeps at once (a new one past it is 503; 2026-07-28 needs none)."""
+SESSION_IDLE_SECONDS = 600.0
+"""A 2025-11-25 session with no request for this long is closed."""
+MAX_LIST_PAGES = 50
+"""Pages of one server's resource or prompt listing read at most."""
+RESOURCE_NOT_FOUND = -32002
+
+
+class Endpoint:
+    """One virtual MCP server: its plugin, its allowlist, and the SDK server answering for it."""
+
+    def __init__(
+        self,
+        config: McpEndpointConfig,
+        plugin: PluginConfig,
+        gateway: Gateway,
+        *,
+        operations: EndpointOperations | None,
+        state_key: bytes,
+        transport: TransportSecuritySettings,
+    ) -> None:
+        self.config = config
+        self.plugin = plugin
+        self.gateway = gateway
+        self.operations = operations
+        handlers: dict[str, Any] = {"on_list_tools": self._list_tools, "on_call_tool": self._call_tool}
+        if config.resources:
+            handlers.update(
+                on_list_resources=self._list_resources,
+                on_list_resource_templates=self._list_resource_templates,
+                on_read_resource=self._read_resource,
+            )
+        if config.prompts:
+            handlers.update(
+                on_list_prompts=self._list_prompts,
+                on_get_prompt=self._get_prompt,
+                on_completion=self._complete,
+            )
+        # What a client may cache of a listing depends on who asks (per-user servers, allowlists):
+        # private, and stale at once (the gateway's own listings are cached upstream of it).
+        hints = {method: CacheHint(ttl_ms=0, scope="private") for method in CACHEABLE_METHODS}
+        self.server = Server(f"hatchway-{config.name}", version="0.1.0", cache_hints=hints, **handlers)
+        # The endpoint's own requestState (a confirmation, a relayed round) is sealed under a key
+        # derived from the master key (every replica has it), bound to the caller and this endpoint.
+        security = RequestStateSecurity(keys=[state_key], bind_principal=_caller_of)
+        self.server.middleware.append(
+            RequestStateBoundary(security, default_audience=f"hatchway:{config.name}")
+        )
+        self.sessions = StreamableHTTPSessionManager(
+            app=self.server,
+            max_sessions=MAX_SESSIONS,
+            session_idle_timeout=SESSION_IDLE_SECONDS,
+            security_settings=transport,
+        )
+
+    def allows_org(self, principal: Principal) -> bool:
+        allowed = self.config.organisations
+        return allowed is None or principal.org_id in allowed or principal.org_name in allowed
+
+    def exposes(self, name: str) -> bool:
+        tools = self.config.tools
+        return tools == "*" or any(fnmatch.fnmatchcase(name, pattern) for pattern in tools)
+
+    def _name(self, server: McpServerConfig, name: str) -> str:
+        return namespaced_name(server.id, name) if self.config.namespace else name
+
+    def _client(self, answerer: Any = None) -> PluginMcpClient:
+        from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
+
+        gw = self.gateway
+        return PluginMcpClient(
+            self.plugin, trusted=True, pool=gw.mcp_pool, credentials=gw.mcp_credentials, answerer=answerer
+        )
+
+    def _context(self, request_ctx: Any) -> RunContext:
+        request = request_ctx.request
+        principal: Principal = request.scope["state"][PRINCIPAL]
+        headers = {k.lower(): v for k, v in request.headers.items() if k.lower() != "authorization"}
+        ctx = RunContext.from_headers(
+            principal,
+            headers,
+            deadline_seconds=self.gateway.settings.loop_deadline_seconds,
+            known_secrets=self.gateway.models.secrets,
+        )
+        ctx.session_key = None  # an operation here is decided by id, never by a conversation's reply
+        # This handler's requests upstream declare the client's capabilities, not the gateway's:
+        # the upstream then asks only for input this client can give (``relay.py``).
+        capabilities = request_ctx.session.client_capabilities
+        FORWARDED_CAPABILITIES.set(
+            capabilities.model_dump(mode="json", by_alias=True, exclude_none=True) if capabilities else {}
+        )
+        return ctx
+
+    # -- tools -------------------------------------------------------------------------------------
+
+    async def _catalog(
+        self, ctx: RunContext, servers: list[McpServerConfig] | None = None
+    ) -> list[tuple[str, McpServerConfig, types.Tool]]:
+        client = self._client()
+        found: dict[str, tuple[str, McpServerConfig, types.Tool]] = {}
+        for server in self.plugin.mcp_servers if servers is None else servers:
+            try:
+                tools = await client.list_tools(server, ctx)
+            except HatchwayError as exc:
+                logger.warning("MCP endpoint %s: %s not listed (%s)", self.config.name, server.id, exc.code)
+                continue
+            for tool in tools:
+                name = self._name(server, tool.name)
+                if server.exposes(tool.name) and self.exposes(name) and name not in found:
+                    found[name] = (name, server, tool)
+        return sorted(found.values(), key=lambda entry: entry[0])  # deterministic order
+
+    async def _list_tools(self, request_ctx: Any, params: Any) -> types.ListToolsResult:
+        if self.operations is not None:
+            return types.ListToolsResult(tools=[t for t in self.operations.tools() if self.exposes(t.name)])
+        ctx = self._context(request_ctx)
+        tools = [tool.model_copy(update={"name": name}) for name, _server, tool in await self._catalog(ctx)]
+        return types.ListToolsResult(tools=tools)
+
+    async def _call_tool(self, request_ctx: Any, params: types.CallToolRequestParams) -> Any:
+        ctx = self._context(request_ctx)
+        gw = self.gateway
+        meta: dict[str, Any] = {}
+        started = time.monotonic()
+        async with gw.scopes.open(f"mcp:{self.config.name}", ctx) as scope:
+            scope.begin(name=f"mcp:{self.config.name}", agent=self.config.agent, plugin_source=self._source)
+            failure: MCPError | None = None
+            try:
+                result = await self._dispatch(params, ctx, ClientSide.of(request_ctx), meta)
+            except MCPError as exc:  # relayed as the JSON-RPC error it is, after the run is recorded
+                failure, result = exc, tool_error(exc.error.message, code="mcp_protocol_error")
+            except Exception as exc:  # the SDK would send its text unredacted to 2025-era clients
+                logger.exception("MCP endpoint %s: the call of %s failed", self.config.name, params.name)
+                meta.update(outcome="error", error_code="internal_error")
+                result = tool_error(
+                    ctx.redact(f"the call failed ({type(exc).__name__})"), code="internal_error"
+                )
+            step = _step(params, result, meta, ctx, (time.monotonic() - started) * 1000)
+            scope.end(200, RunResult(steps=[step], tool_calls=1))
+        if failure is not None:
+            raise failure
+        return result
+
+    @property
+    def _source(self) -> str:
+        return f"endpoint:{self.config.name}"
+
+    async def _dispatch(
+        self, params: types.CallToolRequestParams, ctx: RunContext, client: ClientSide, meta: dict[str, Any]
+    ) -> Any:
+        name, arguments = params.name, dict(params.arguments or {})
+        state = read_state(params.request_state)
+        if self.operations is not None:
+            if not self.operations.handles(name) or not self.exposes(name):
+                return tool_error(f"No tool named '{name}' is available.", code="unknown_tool")
+            meta.update(server=self.operations.server_of(name), tool=name)
+            caller = self._client()
+            if state is not None and state["kind"] == "confirm":
+                return await self.operations.answered(state, params.input_responses, ctx, caller, meta)
+            try:
+                return await self._within_deadline(
+                    ctx, self.operations.call(name, arguments, ctx, caller, client, meta)
+                )
+            except TimeoutError:
+                meta["outcome"] = "timeout"
+                return tool_error("No answer from the user in time; nothing was executed.", code="timeout")
+        # Only the server the name points at is listed: a slow one never delays the others' calls.
+        servers = self.plugin.mcp_servers
+        if self.config.namespace:
+            servers = [s for s in servers if name.startswith(namespaced_name(s.id, ""))]
+        routes = {n: (server, tool.name) for n, server, tool in await self._catalog(ctx, servers)}
+        route = routes.get(name)
+        if route is None:
+            return tool_error(f"No tool named '{name}' is available.", code="unknown_tool")
+        server, tool = route
+        meta.update(server=server.id, tool=tool)
+        # The client's answers go to the upstream whether or not a state came with them (a server
+        # ignores what it did not ask for); the upstream's own state only from a relayed round.
+        resume: dict[str, Any] = {"input_responses": params.input_responses}
+        if state is not None and state["kind"] == "relay" and state.get("server") == server.id:
+            resume.update(request_state=state.get("state"), input_round=int(state.get("round") or 1) + 1)
+        relay = self._client(RelayToClient(client))
+        progress = client.session.report_progress  # the upstream's progress, on the client's token
+        outcome = await relay.call(server, tool, arguments, ctx, progress=progress, **resume)
+        meta["retries"] = outcome.retries
+        if isinstance(outcome.error, InputRelayed):
+            round_ = outcome.error.round
+            meta["outcome"] = "input_required"
+            return types.InputRequiredResult(
+                input_requests=round_.requests, request_state=relay_state(round_)
+            )
+        if outcome.error is not None:
+            meta.update(outcome="error", error_code=outcome.error.code)
+            rpc = getattr(outcome.error, "rpc_error", None)
+            if rpc is not None:  # the upstream's own JSON-RPC error (a missing capability, bad input)
+                raise relayed_error(rpc, ctx)
+            return tool_error(ctx.redact(outcome.error.message), code=outcome.error.code)
+        result = outcome.result
+        assert result is not None
+        meta["outcome"] = "tool_error" if result.is_error else "ok"
+        structured = result.structured if isinstance(result.structured, dict) else None
+        content = result.content or [types.TextContent(text=result.text)]
+        return types.CallToolResult(
+            content=[redact_block(block, ctx) for block in content],
+            structured_content=ctx.redact_value(structured) if structured is not None else None,
+            is_error=result.is_error,
+        )
+
+    @staticmethod
+    async def _within_deadline(ctx: RunContext, work: Awaitable[T]) -> T:
+        async with asyncio.timeout(max(ctx.remaining(), 0.001)):
+            return await work
+
+    # -- resources and prompts ---------------------------------------------------------------------
+
+    async def _from_servers(
+        self, request_ctx: Any, send: Callable[[Client, str | None], Awaitable[Any]], field: str
+    ) -> tuple[list[tuple[McpServerConfig, Any]], RunContext]:
+        """Every entry of a paginated listing, from every server of the plugin (a failing one skipped)."""
+        ctx = self._context(request_ctx)
+        client = self._client()
+        found: list[tuple[McpServerConfig, Any]] = []
+        for server in self.plugin.mcp_servers:
+            cursor: str | None = None
+            try:
+                for _ in range(MAX_LIST_PAGES):
+                    page = await client.request(server, ctx, lambda c, cur=cursor: send(c, cur))
+                    found.extend((server, entry) for entry in getattr(page, field))
+                    cursor = page.next_cursor
+                    if not cursor:
+                        break
+            except ToolError as exc:
+                logger.warning("MCP endpoint %s: %s not listed (%s)", self.config.name, server.id, exc.code)
+        return found, ctx
+
+    async def _list_resources(self, request_ctx: Any, params: Any) -> types.ListResourcesResult:
+        found, _ = await self._from_servers(
+            request_ctx, lambda c, cur: c.session.list_resources(params=_page(cur)), "resources"
+        )
+        return types.ListResourcesResult(resources=[resource for _server, resource in found])
+
+    async def _list_resource_templates(
+        self, request_ctx: Any, params: Any
+    ) -> types.ListResourceTemplatesResult:
+        found, _ = await self._from_servers(
+            request_ctx,
+            lambda c, cur: c.session.list_resource_templates(params=_page(cur)),
+            "resource_templates",
+        )
+        return types.ListResourceTemplatesResult(resource_templates=[template for _s, template in found])
+
+    async def _read_resource(self, request_ctx: Any, params: types.ReadResourceRequestParams) -> Any:
+        uri = str(params.uri)
+        server = await self._resource_server(request_ctx, uri)
+        ctx = self._context(request_ctx)
+        state = read_state(params.request_state)
+        upstream_state = state.get("state") if state is not None and state["kind"] == "relay" else None
+
+        async def read(client: Client) -> Any:
+            return await client.session.read_resource(
+                uri,
+                input_responses=params.input_responses,
+                request_state=upstream_state,
+                allow_input_required=True,
+            )
+
+        result = await self._relayed(server, ctx, read, uri)
+        if isinstance(result, types.ReadResourceResult):
+            return result.model_copy(update={"contents": [redact_contents(c, ctx) for c in result.contents]})
+        return result
+
+    async def _resource_server(self, request_ctx: Any, uri: str) -> McpServerConfig:
+        servers = self.plugin.mcp_servers
+        if len(servers) == 1:
+            return servers[0]
+        found, _ = await self._from_servers(
+            request_ctx, lambda c, cur: c.session.list_resources(params=_page(cur)), "resources"
+        )
+        for server, resource in found:
+            if str(resource.uri) == uri:
+                return server
+        templates, _ = await self._from_servers(
+            request_ctx,
+            lambda c, cur: c.session.list_resource_templates(params=_page(cur)),
+            "resource_templates",
+        )
+        for server, template in templates:
+            if uri.startswith(template.uri_template.split("{", 1)[0]):
+                return server
+        raise MCPError(code=RESOURCE_NOT_FOUND, message="Resource not found", data={"uri": uri})
+
+    async def _list_prompts(self, request_ctx: Any, params: Any) -> types.ListPromptsResult:
+        found, _ = await self._from_servers(
+            request_ctx, lambda c, cur: c.session.list_prompts(params=_page(cur)), "prompts"
+        )
+        prompts = {
+            self._name(server, p.name): p.model_copy(update={"name": self._name(server, p.name)})
+            for server, p in found
+        }
+        return types.ListPromptsResult(prompts=[prompts[name] for name in sorted(prompts)])
+
+    async def _prompt_route(self, request_ctx: Any, name: str) -> tuple[McpServerConfig, str]:
+        found, _ = await self._from_servers(
+            request_ctx, lambda c, cur: c.session.list_prompts(params=_page(cur)), "prompts"
+        )
+        for server, prompt in found:
+            if self._name(server, prompt.name) == name:
+                return server, prompt.name
+        raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown prompt: {name}")
+
+    async def _get_prompt(self, request_ctx: Any, params: types.GetPromptRequestParams) -> Any:
+        server, prompt = await self._prompt_route(request_ctx, params.name)
+        ctx = self._context(request_ctx)
+        state = read_state(params.request_state)
+        upstream_state = state.get("state") if state is not None and state["kind"] == "relay" else None
+
+        async def get(client: Client) -> Any:
+            return await client.session.get_prompt(
+                prompt,
+                params.arguments,
+                input_responses=params.input_responses,
+                request_state=upstream_state,
+                allow_input_required=True,
+            )
+
+        result = await self._relayed(server, ctx, get, prompt)
+        if isinstance(result, types.GetPromptResult):
+            messages = [
+                m.model_copy(update={"content": redact_block(m.content, ctx)}) for m in result.messages
+            ]
+            return result.model_copy(update={"messages": messages})
+        return result
+
+    async def _complete(self, request_ctx: Any, params: types.CompleteRequestParams) -> types.CompleteResult:
+        ref = params.ref
+        if isinstance(ref, types.PromptReference):
+            server, prompt = await self._prompt_route(request_ctx, ref.name)
+            ref = ref.model_copy(update={"name": prompt})
+        else:
+            server = await self._resource_server(request_ctx, ref.uri)
+        ctx = self._context(request_ctx)
+        context = params.context.arguments if params.context is not None else None
+        argument = {"name": params.argument.name, "value": params.argument.value}
+
+        async def complete(client: Client) -> types.CompleteResult:
+            return await client.session.complete(ref=ref, argument=argument, context_arguments=context)
+
+        return await self._upstream(server, ctx, complete)
+
+    async def _relayed(
+        self, server: McpServerConfig, ctx: RunContext, send: Callable[[Client], Awaitable[Any]], target: str
+    ) -> Any:
+        """A request that may answer ``input_required``: the round goes to the endpoint's client."""
+        result = await self._upstream(server, ctx, send)
+        if isinstance(result, types.InputRequiredResult):
+            from hatchway.engine.tools.mcp.inputs import InputRound
+
+            round_ = InputRound(server.id, target, 1, dict(result.input_requests or {}), result.request_state)
+            return types.InputRequiredResult(
+                input_requests=result.input_requests, request_state=relay_state(round_)
+            )
+        return result
+
+    async def _upstream(
+        self, server: McpServerConfig, ctx: RunContext, send: Callable[[Client], Awaitable[T]]
+    ) -> T:
+        """One request to ``server``; its JSON-RPC error relayed to the client (redacted)."""
+        try:
+            return await self._client().request(server, ctx, send)
+        except McpServerError as exc:
+            if exc.rpc_error is not None:
+                raise relayed_error(exc.rpc_error, ctx) from None
+            raise MCPError(code=types.INTERNAL_ERROR, message=ctx.redact(exc.message)) from None
+        except ToolError as exc:
+            raise MCPError(code=types.INTERNAL_ERROR, message=ctx.redact(exc.message)) from None
+
+
+def relayed_error(rpc: Any, ctx: RunContext) -> MCPError:
+    """An upstream's JSON-RPC error as the endpoint's own, redacted."""
+    return MCPError(code=rpc.code, message=ctx.redact(rpc.message), data=ctx.redact_value(rpc.data))
+
+
+def _caller_of(request_ctx: Any) -> str | None:
+    """Who a sealed ``requestState`` belongs to: the key, and the end user it acts for."""
+    request = request_ctx.request
+    if request is None:
+        return None
+    principal: Principal = request.scope["state"][PRINCIPAL]
+    end_user = request.headers.get("x-on-behalf-of") or None
+    return orjson.dumps([principal.org_id, principal.key_id, end_user]).decode()
+
+
+def _page(cursor: str | None) -> types.PaginatedRequestParams | None:
+    return types.PaginatedRequestParams(cursor=cursor) if cursor else None
+
+
+def redact_block(block: Any, ctx: RunContext) -> Any:
+    """A content block with every secret the call used taken out of its text."""
+    if isinstance(block, types.TextContent):
+        return block.model_copy(update={"text": ctx.redact(block.text)})
+    if isinstance(block, types.EmbeddedResource):
+        return block.model_copy(update={"resource": redact_contents(block.resource, ctx)})
+    return block
+
+
+def redact_contents(contents: Any, ctx: RunContext) -> Any:
+    if isinstance(contents, types.TextResourceContents):
+        return contents.model_copy(update={"text": ctx.redact(contents.text)})
+    return contents
+
+
+def tool_error(message: str, *, code: str | None = None) -> types.CallToolResult:
+    body = orjson.dumps({"error": {"code": code or "tool_error", "message": message}}).decode()
+    return types.CallToolResult(content=[types.TextContent(text=body)], is_error=True)
+
+
+def _step(
+    params: types.CallToolRequestParams,
+    result: Any,
+    meta: dict[str, Any],
+    ctx: RunContext,
+    duration_ms: float,
+) -> dict[str, Any]:
+    """The call as the run log records a tool step (as the loop does)."""
+    meta = dict(meta)
+    preview = ""
+    if isinstance(result, types.CallToolResult):
+        preview = next((b.text for b in result.content if isinstance(b, types.TextContent)), "")
+    is_error = isinstance(result, types.CallToolResult) and bool(result.is_error)
+    return {
+        "type": "tool_call",
+        "round": 1,
+        "call_id": None,
+        "name": params.name,
+        "server": meta.pop("server", None),
+        "tool": meta.pop("tool", params.name),
+        "arguments": ctx.redact(orjson.dumps(params.arguments or {}).decode()),
+        "duration_ms": round(duration_ms, 3),
+        "outcome": meta.pop("outcome", "error" if is_error else "ok"),
+        "cached": False,
+        "retries": int(meta.pop("retries", 0)),
+        "result_preview": preview[:500],
+        **{k: v for k, v in meta.items() if k not in ("multi_item",)},
+    }
