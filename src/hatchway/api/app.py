@@ -101,6 +101,8 @@ def create_app(
 
     app = GatewayApp(title="Hatchway", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.gateway = gw
+    app.state.mcp_endpoints = endpoints
+    """The ``McpEndpoints`` (``api/mcp_endpoints``), or None: what ``GET /v1/mcp/endpoints`` describes."""
     install_error_handlers(app)
     install_openapi(app)
     for module in (

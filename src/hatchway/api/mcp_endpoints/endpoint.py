@@ -146,6 +146,12 @@ class Endpoint:
         )
         return ctx
 
+    async def listed_tools(self, ctx: RunContext) -> list[types.Tool]:
+        """The tools this endpoint serves to ``ctx``'s caller, as ``tools/list`` gives them."""
+        if self.operations is not None:
+            return [t for t in self.operations.tools() if self.exposes(t.name)]
+        return [tool.model_copy(update={"name": name}) for name, _server, tool in await self._catalog(ctx)]
+
     # -- tools -------------------------------------------------------------------------------------
 
     async def _catalog(
@@ -166,11 +172,7 @@ class Endpoint:
         return sorted(found.values(), key=lambda entry: entry[0])  # deterministic order
 
     async def _list_tools(self, request_ctx: Any, params: Any) -> types.ListToolsResult:
-        if self.operations is not None:
-            return types.ListToolsResult(tools=[t for t in self.operations.tools() if self.exposes(t.name)])
-        ctx = self._context(request_ctx)
-        tools = [tool.model_copy(update={"name": name}) for name, _server, tool in await self._catalog(ctx)]
-        return types.ListToolsResult(tools=tools)
+        return types.ListToolsResult(tools=await self.listed_tools(self._context(request_ctx)))
 
     async def _call_tool(self, request_ctx: Any, params: types.CallToolRequestParams) -> Any:
         ctx = self._context(request_ctx)
