@@ -55,11 +55,14 @@ class GatewayApp(FastAPI):
             if direct is not None:
                 await direct(scope, receive, send)
                 return
-            if self.mcp_endpoints is not None and scope["path"].startswith("/mcp/"):
+            if self.mcp_endpoints is not None and scope["path"].startswith(_MCP_PATHS):
                 await self.mcp_endpoints(scope, receive, send)
                 return
         await super().__call__(scope, receive, send)
 
+
+_MCP_PATHS = ("/mcp/", "/.well-known/oauth-protected-resource/mcp/")
+"""The MCP endpoints, and the protected resource metadata of those in OAuth resource-server mode."""
 
 _NUL = InvalidRequest(
     "The path or query contains a NUL character (%00), which no id or parameter may hold.",
@@ -97,6 +100,8 @@ def create_app(
         try:
             yield
         finally:
+            if endpoints is not None:
+                await endpoints.close()
             await gw.close()
 
     app = GatewayApp(title="Hatchway", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)

@@ -32,6 +32,7 @@ def log_query(
     until: datetime | None,
     after: str | None,
     limit: int,
+    route: str | None = None,
 ) -> LogQuery:
     """The filters, checked: a bad one is a 400 naming the parameter."""
     if status is not None and status not in LOG_STATUSES:
@@ -48,6 +49,7 @@ def log_query(
         model=model,
         status=status,
         on_behalf_of=on_behalf_of,
+        route=route,
         since=since,
         until=until,
         after=after,
@@ -67,17 +69,20 @@ async def list_logs(
     model: Annotated[str | None, Query(max_length=256)] = None,
     status: Annotated[str | None, Query(json_schema_extra={"enum": list(LOG_STATUSES)})] = None,
     on_behalf_of: Annotated[str | None, Query(max_length=256)] = None,
+    route: Annotated[str | None, Query(max_length=256)] = None,
     since: Annotated[datetime | None, Query(json_schema_extra=_INSTANT)] = None,
     until: Annotated[datetime | None, Query(json_schema_extra=_INSTANT)] = None,
     after: Annotated[str | None, Query(max_length=40, json_schema_extra={"pattern": "^log_"})] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> dict[str, Any]:
-    """Newest first; pass ``last_id`` back as ``after`` for the next page."""
+    """Newest first; pass ``last_id`` back as ``after`` for the next page. ``route`` is exact
+    (``chat.completions``, ``responses``, ``mcp:<endpoint>``)."""
     query = log_query(
         has_tool_calls=has_tool_calls,
         model=model,
         status=status,
         on_behalf_of=on_behalf_of,
+        route=route,
         since=since,
         until=until,
         after=after,

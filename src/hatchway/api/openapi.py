@@ -83,7 +83,7 @@ LIST_SCHEMA: dict[str, Any] = {
         "last_id": {"type": ["string", "null"]},
     },
 }
-"""The page every listing of the gateway's own objects answers (logs, operations, secrets, servers)."""
+"""The page every listing of the gateway's own objects answers (logs, operations, secrets, MCP)."""
 
 DELETED_SCHEMA: dict[str, Any] = {
     "title": "ResponseDeleted",
@@ -139,6 +139,7 @@ def _success_schemas() -> dict[tuple[str, str], tuple[str, type[BaseModel] | dic
         ("put", "/v1/secrets/{name}"): ("200", OBJECT_SCHEMA, False),
         ("delete", "/v1/secrets/{name}"): ("200", OBJECT_SCHEMA, False),
         ("get", "/v1/mcp/servers"): ("200", listing, False),
+        ("get", "/v1/mcp/endpoints"): ("200", listing, False),
     }
 
 

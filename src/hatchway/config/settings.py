@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from hatchway.config.agents import OperationSettings
 from hatchway.config.background import BackgroundSettings
@@ -204,6 +204,52 @@ class RunRecordSettings(StrictModel):
     counted). A record takes about 0.7 KiB (one model call), more with tool steps: 256 MiB holds ~380,000."""
 
 
+def _secret_ref_value(value: str | None) -> str | None:
+    if value is not None and (problem := ref_problem(value)):
+        raise ValueError(problem)
+    return value
+
+
+class McpEndpointOAuth(StrictModel):
+    """OAuth resource-server mode of an MCP endpoint, for clients that require OAuth: the endpoint
+    publishes protected resource metadata (RFC 9728) naming ``issuer``, and accepts that
+    authorization server's access tokens, validated by its JWKS or by introspection (RFC 7662),
+    for this endpoint's audience. The token's subject is the end user (as ``X-On-Behalf-Of``);
+    calls act for ``organisation``."""
+
+    issuer: Annotated[str, Field(pattern=r"^https?://")]
+    """The authorization server: listed in the metadata, and every token's ``iss``."""
+    organisation: Annotated[str, Field(min_length=1)]
+    """The organisation (name or id) whose vault, operations and run log the calls use."""
+    jwks_url: Annotated[str | None, Field(pattern=r"^https?://")] = None
+    """Validate signed JWT access tokens with the keys published here (refetched for an unknown key id)."""
+    introspection_url: Annotated[str | None, Field(pattern=r"^https?://")] = None
+    """Or ask the authorization server about each token (cached while active, 60 s at most)."""
+    client_id: str | None = None
+    """For introspection: the client the gateway authenticates as (HTTP Basic)."""
+    secret_ref: Annotated[str | None, AfterValidator(_secret_ref_value)] = None
+    """For introspection: ``secret.<name>`` in the ``system`` organisation's vault, the client's secret."""
+    audience: str | None = None
+    """The audience tokens must be issued for; default: ``public_base_url`` + ``/mcp/<name>``."""
+    scopes: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    """Scopes every token must carry (and the metadata's ``scopes_supported``)."""
+    subject_claim: Annotated[str, Field(min_length=1)] = "sub"
+    """The claim naming the end user."""
+    algorithms: list[str] = Field(default_factory=lambda: ["RS256", "PS256", "ES256", "EdDSA"])
+    """JWT signature algorithms accepted (never ``none``, never HMAC)."""
+
+    @model_validator(mode="after")
+    def _one_validation(self) -> McpEndpointOAuth:
+        if (self.jwks_url is None) == (self.introspection_url is None):
+            raise ValueError("jwks_url: give exactly one of jwks_url or introspection_url")
+        if self.introspection_url is not None and (self.client_id is None or self.secret_ref is None):
+            raise ValueError("client_id: introspection needs client_id and secret_ref")
+        bad = [a for a in self.algorithms if a.lower() == "none" or a.upper().startswith("HS")]
+        if bad:
+            raise ValueError(f"algorithms: {bad[0]} is not accepted (asymmetric signatures only)")
+        return self
+
+
 class McpEndpointConfig(StrictModel):
     """A virtual MCP server Hatchway serves at ``/mcp/{name}``: the tools of an agent's plugin, or of
     a plugin file, to MCP clients (Claude Code, Cursor, the SDKs) authenticated with a Hatchway key."""
@@ -226,6 +272,10 @@ class McpEndpointConfig(StrictModel):
     """Pass the servers' resources and resource templates through (``resources/list``, ``read``)."""
     prompts: bool = False
     """Pass the servers' prompts through (``prompts/list``, ``prompts/get``) and their completions."""
+    keys: list[Annotated[str, Field(min_length=1)]] | None = None
+    """The API keys (names or ids) that may use it, within those organisations; every key when omitted."""
+    oauth: McpEndpointOAuth | None = None
+    """Also accept OAuth access tokens (resource-server mode); a Hatchway key still works."""
     confirm_tool: bool = True
     """For clients that can be asked nothing (no elicitation), list a ``confirm_operation`` tool that
     confirms or cancels a pending operation by id; it is the client's own tool approval that then

@@ -32,6 +32,8 @@ class LogQuery:
     model: str | None = None
     status: str | None = None
     on_behalf_of: str | None = None
+    route: str | None = None
+    """Exact: ``chat.completions``, ``responses``, ``mcp:<endpoint>``…"""
     since: datetime | None = None
     until: datetime | None = None
     after: str | None = None
@@ -229,6 +231,8 @@ class RequestLogStore:
             stmt = stmt.where(RequestLog.status == query.status)
         if query.on_behalf_of:
             stmt = stmt.where(RequestLog.on_behalf_of == query.on_behalf_of)
+        if query.route:
+            stmt = stmt.where(RequestLog.route == query.route)
         if query.since:
             stmt = stmt.where(RequestLog.created_at >= query.since)
         if query.until:

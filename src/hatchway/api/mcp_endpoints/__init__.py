@@ -19,25 +19,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from mcp.server.transport_security import TransportSecuritySettings
+from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from hatchway.api.auth import bearer_token
 from hatchway.api.errors import error_response
-from hatchway.api.mcp_endpoints.endpoint import PRINCIPAL, Endpoint
+from hatchway.api.mcp_endpoints.endpoint import END_USER, PRINCIPAL, Endpoint
+from hatchway.api.mcp_endpoints.oauth import METADATA_PREFIX, TokenRejected, request_base
 from hatchway.api.mcp_endpoints.operations import EndpointOperations
 from hatchway.config.plugin import load_plugin
 from hatchway.config.settings import Settings
 from hatchway.engine.context import Principal, RunContext
 from hatchway.errors import HatchwayError, NotFound, PermissionDenied
+from hatchway.store.orgs import KEY_PREFIX
 
 if TYPE_CHECKING:
     from hatchway.gateway import Gateway
 
 __all__ = ["PREFIX", "Endpoint", "McpEndpoints"]
+logger = logging.getLogger(__name__)
 PREFIX = "/mcp/"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
@@ -72,35 +77,74 @@ class McpEndpoints:
             await _forever()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["path"].startswith(METADATA_PREFIX):
+            await self._metadata(scope, receive, send)
+            return
         name = scope["path"][len(PREFIX) :].strip("/")
         endpoint = self.endpoints.get(name)
         try:
-            principal = await self._authenticate(scope)  # first: no key, no telling which names exist
+            # First: no credential, no telling which names exist (an OAuth endpoint's metadata is public).
+            principal, end_user = await self._authenticate(scope, endpoint)
             if endpoint is None:
                 raise NotFound(f"no MCP endpoint '{name}'")
-            if not endpoint.allows_org(principal):
-                raise PermissionDenied(f"this organisation may not use the MCP endpoint '{name}'")
-            self._check_headers(scope, principal)
+            if not endpoint.allows(principal):
+                raise PermissionDenied(f"this organisation or key may not use the MCP endpoint '{name}'")
         except HatchwayError as exc:
             response = error_response(exc)
             if exc.status_code == 401:
-                response.headers["www-authenticate"] = 'Bearer realm="hatchway"'
+                resource = endpoint.resource_server if endpoint is not None else None
+                invalid = "invalid_token" if isinstance(exc, TokenRejected) else None
+                challenge = 'Bearer realm="hatchway"'
+                if resource is not None:
+                    challenge = resource.challenge(request_base(scope), invalid)
+                response.headers["www-authenticate"] = challenge
+            if isinstance(exc, TokenRejected):
+                logger.info("MCP endpoint %s: token refused (%s)", name, exc.reason)
             await response(scope, receive, send)
             return
         scope = {
             **scope,
-            "state": {**scope.get("state", {}), PRINCIPAL: principal},
-            # The SDK binds a 2025-11-25 session to the credential that opened it: this key.
-            "user": _session_owner(principal),
+            "state": {**scope.get("state", {}), PRINCIPAL: principal, END_USER: end_user},
+            # The SDK binds a 2025-11-25 session to the credential that opened it.
+            "user": _session_owner(principal, end_user),
         }
         await endpoint.sessions.handle_request(scope, receive, send)
 
-    async def _authenticate(self, scope: Scope) -> Principal:
-        return await self.gateway.orgs.authenticate(bearer_token(_headers(scope).get("authorization", "")))
+    async def _authenticate(self, scope: Scope, endpoint: Endpoint | None) -> tuple[Principal, str | None]:
+        """The principal and the end user: a Hatchway key (``X-On-Behalf-Of`` names the end user), or
+        on an OAuth endpoint an access token (its subject is the end user)."""
+        headers = _headers(scope)
+        token = bearer_token(headers.get("authorization", ""))
+        resource = endpoint.resource_server if endpoint is not None else None
+        if resource is None or token is None or token.startswith(KEY_PREFIX):
+            principal = await self.gateway.orgs.authenticate(token)
+            # A bad X-On-Behalf-Of is the request's 400 now, not an error inside the MCP exchange.
+            ctx = RunContext.from_headers(principal, headers, deadline_seconds=0)
+            return principal, ctx.on_behalf_of
+        found = await resource.validate(token, request_base(scope))
+        assert endpoint is not None and endpoint.config.oauth is not None
+        org = await self.gateway.orgs.get_org(endpoint.config.oauth.organisation)
+        return Principal(
+            org_id=org.id, org_name=org.name, key_name=f"oauth:{endpoint.config.name}"
+        ), found.subject
 
-    def _check_headers(self, scope: Scope, principal: Principal) -> None:
-        """A bad ``X-On-Behalf-Of`` is the request's 400 now, not an error inside the MCP exchange."""
-        RunContext.from_headers(principal, _headers(scope), deadline_seconds=0)
+    async def _metadata(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``GET /.well-known/oauth-protected-resource/mcp/<name>`` of an OAuth endpoint."""
+        name = scope["path"][len(METADATA_PREFIX) + len(PREFIX) :].strip("/")
+        endpoint = self.endpoints.get(name)
+        resource = endpoint.resource_server if endpoint is not None else None
+        if resource is None or scope["method"] not in ("GET", "HEAD"):
+            await error_response(NotFound(f"no OAuth-protected MCP endpoint '{name}'"))(scope, receive, send)
+            return
+        response = JSONResponse(
+            resource.metadata(request_base(scope)), headers={"cache-control": "public, max-age=300"}
+        )
+        await response(scope, receive, send)
+
+    async def close(self) -> None:
+        for endpoint in self.endpoints.values():
+            if endpoint.resource_server is not None:
+                await endpoint.resource_server.close()
 
 
 def _headers(scope: Scope) -> dict[str, str]:
@@ -122,11 +166,12 @@ def transport_security(settings: Settings) -> TransportSecuritySettings:
     )
 
 
-def _session_owner(principal: Principal) -> Any:
+def _session_owner(principal: Principal, end_user: str | None) -> Any:
     from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
     from mcp.server.auth.provider import AccessToken
 
-    subject = principal.key_id or principal.org_id
+    # A key's sessions are the key's; an OAuth token's are its subject's.
+    subject = principal.key_id or f"oauth:{end_user}"
     return AuthenticatedUser(AccessToken(token="", client_id=principal.org_id, scopes=[], subject=subject))
 
 

@@ -32,6 +32,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 
+from hatchway.api.mcp_endpoints.oauth import ResourceServer
 from hatchway.api.mcp_endpoints.operations import EndpointOperations
 from hatchway.api.mcp_endpoints.relay import ClientSide, InputRelayed, RelayToClient, read_state, relay_state
 from hatchway.config.plugin import McpServerConfig, PluginConfig
@@ -52,6 +53,8 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 PRINCIPAL = "hatchway_principal"
 """Where the ASGI layer leaves the authenticated principal in the request's scope state."""
+END_USER = "hatchway_end_user"
+"""And the end user: ``X-On-Behalf-Of`` with a key, the token's subject with OAuth."""
 MAX_SESSIONS = 1000
 """2025-11-25 sessions one endpoint keeps at once (a new one past it is 503; 2026-07-28 needs none)."""
 SESSION_IDLE_SECONDS = 600.0
@@ -78,6 +81,14 @@ class Endpoint:
         self.plugin = plugin
         self.gateway = gateway
         self.operations = operations
+        self.resource_server: ResourceServer | None = None
+        if config.oauth is not None:
+            self.resource_server = ResourceServer(
+                config.name,
+                config.oauth,
+                base_url=gateway.settings.public_base_url,
+                secret=gateway.vault.system_secret,
+            )
         handlers: dict[str, Any] = {"on_list_tools": self._list_tools, "on_call_tool": self._call_tool}
         if config.resources:
             handlers.update(
@@ -112,6 +123,16 @@ class Endpoint:
         allowed = self.config.organisations
         return allowed is None or principal.org_id in allowed or principal.org_name in allowed
 
+    def allows(self, principal: Principal) -> bool:
+        """The organisation, and the key when ``keys`` lists them (an OAuth token has no key)."""
+        keys = self.config.keys
+        by_key = (
+            keys is None
+            or principal.key_id is None
+            or bool({principal.key_id, principal.key_name} & set(keys))
+        )
+        return self.allows_org(principal) and by_key
+
     def exposes(self, name: str) -> bool:
         tools = self.config.tools
         return tools == "*" or any(fnmatch.fnmatchcase(name, pattern) for pattern in tools)
@@ -131,6 +152,9 @@ class Endpoint:
         request = request_ctx.request
         principal: Principal = request.scope["state"][PRINCIPAL]
         headers = {k.lower(): v for k, v in request.headers.items() if k.lower() != "authorization"}
+        headers.pop("x-on-behalf-of", None)
+        if (end_user := request.scope["state"].get(END_USER)) is not None:
+            headers["x-on-behalf-of"] = end_user  # the key's X-On-Behalf-Of, or the token's subject
         ctx = RunContext.from_headers(
             principal,
             headers,
@@ -442,9 +466,9 @@ def _caller_of(request_ctx: Any) -> str | None:
     request = request_ctx.request
     if request is None:
         return None
-    principal: Principal = request.scope["state"][PRINCIPAL]
-    end_user = request.headers.get("x-on-behalf-of") or None
-    return orjson.dumps([principal.org_id, principal.key_id, end_user]).decode()
+    state = request.scope["state"]
+    principal: Principal = state[PRINCIPAL]
+    return orjson.dumps([principal.org_id, principal.key_id, state.get(END_USER)]).decode()
 
 
 def _page(cursor: str | None) -> types.PaginatedRequestParams | None:

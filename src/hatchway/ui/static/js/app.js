@@ -3,7 +3,7 @@
 import { api, ApiError, session } from "./api.js";
 import { h, render } from "./dom.js";
 import { showConnections } from "./pages/connections.js";
-import { showMcpServers } from "./pages/mcp.js";
+import { showMcpEndpoints, showMcpServers } from "./pages/mcp.js";
 import { showOperations } from "./pages/operations.js";
 import { showRequests, showRun } from "./pages/requests.js";
 import { showResponses } from "./pages/responses.js";
@@ -15,6 +15,7 @@ const routes = [
   [/^#\/operations$/, "operations", showOperations],
   [/^#\/secrets$/, "secrets", showSecrets],
   [/^#\/mcp$/, "mcp", showMcpServers],
+  [/^#\/mcp-endpoints$/, "mcp-endpoints", showMcpEndpoints],
   [/^#\/connections$/, "connections", showConnections],
   [/^#\/responses$/, "responses", showResponses],
 ];

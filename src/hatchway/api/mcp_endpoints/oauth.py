@@ -1,0 +1,237 @@
+"""OAuth resource-server mode of an MCP endpoint (``mcp_endpoints[].oauth``).
+
+For MCP clients that require OAuth (the MCP authorization spec): the endpoint publishes its
+protected resource metadata (RFC 9728) at ``/.well-known/oauth-protected-resource/mcp/<name>``,
+naming the configured authorization server; a request without a valid token is 401 with
+``WWW-Authenticate: Bearer resource_metadata="…"``. A token is accepted only when it was issued by
+that server for this endpoint (``aud``), is unexpired, carries the required scopes, and:
+
+- with ``jwks_url``: its signature verifies against the server's published keys (PyJWT, asymmetric
+  algorithms only; the key set is refetched when a token names an unknown key, at most every 30 s);
+- with ``introspection_url``: the server says it is active (RFC 7662, the gateway authenticating
+  with its client id and a vault secret); an active answer is reused for at most 60 s.
+
+The token's subject is the end user (``X-On-Behalf-Of`` from the client is ignored): per-user OAuth
+servers act as that user, operations belong to them. The token itself never goes upstream (no
+token passthrough): upstream credentials come from the vault.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import jwt
+
+from hatchway.config.settings import McpEndpointOAuth
+from hatchway.errors import AuthenticationError
+
+JWKS_TTL_SECONDS = 300.0
+JWKS_REFETCH_SECONDS = 30.0
+"""An unknown key id refetches the key set at most this often (a flood of forged kids costs nothing)."""
+INTROSPECTION_CACHE_SECONDS = 60.0
+INTROSPECTION_CACHE_ENTRIES = 10_000
+MAX_DOCUMENT_BYTES = 256 * 1024
+"""A JWKS or introspection answer larger than this is refused."""
+METADATA_PREFIX = "/.well-known/oauth-protected-resource"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenSubject:
+    subject: str
+    scopes: tuple[str, ...]
+
+
+class TokenRejected(AuthenticationError):
+    """The bearer is not a valid access token for this endpoint (the reason is for the log only)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__("The access token is not valid for this MCP endpoint.", code="invalid_token")
+        self.reason = reason
+
+
+class ResourceServer:
+    """Validates one endpoint's OAuth access tokens and describes it (see the module docstring)."""
+
+    def __init__(
+        self, name: str, config: McpEndpointOAuth, *, base_url: str | None, secret: Any, timeout: float = 10.0
+    ) -> None:
+        self.name = name
+        self.config = config
+        self.base_url = base_url.rstrip("/") if base_url else None
+        """``public_base_url``; without it (an embedded gateway), the address the request was sent to."""
+        self._secret = secret
+        """``async (ref) -> str``: the introspection client's secret from the vault."""
+        self._http = httpx.AsyncClient(timeout=timeout, follow_redirects=False)
+        self._jwks: jwt.PyJWKSet | None = None
+        self._jwks_at = 0.0
+        self._jwks_lock = asyncio.Lock()
+        self._active: OrderedDict[str, tuple[float, TokenSubject]] = OrderedDict()
+
+    def resource(self, request_base: str) -> str:
+        """The endpoint's URL, the audience its tokens must carry (unless ``audience`` says another)."""
+        return self.config.audience or f"{self.base_url or request_base}/mcp/{self.name}"
+
+    def metadata(self, request_base: str) -> dict[str, Any]:
+        """The protected resource metadata document (RFC 9728)."""
+        body: dict[str, Any] = {
+            "resource": self.resource(request_base),
+            "authorization_servers": [self.config.issuer],
+            "bearer_methods_supported": ["header"],
+            "resource_name": f"Hatchway MCP endpoint {self.name}",
+        }
+        if self.config.scopes:
+            body["scopes_supported"] = list(self.config.scopes)
+        return body
+
+    def challenge(self, request_base: str, error: str | None = None) -> str:
+        """The ``WWW-Authenticate`` value of a 401 from this endpoint."""
+        metadata_url = f"{self.base_url or request_base}{METADATA_PREFIX}/mcp/{self.name}"
+        parts = [f'resource_metadata="{metadata_url}"']
+        if self.config.scopes:
+            parts.append(f'scope="{" ".join(self.config.scopes)}"')
+        if error:
+            parts.append(f'error="{error}"')
+        return "Bearer " + ", ".join(parts)
+
+    async def validate(self, token: str, request_base: str) -> TokenSubject:
+        """The end user behind ``token``; TokenRejected when it is not valid here."""
+        audience = self.resource(request_base)
+        check = self._verify_jwt if self.config.jwks_url else self._introspect
+        found = await check(token, audience)
+        missing = [s for s in self.config.scopes if s not in found.scopes]
+        if missing:
+            raise TokenRejected(f"missing scope {missing[0]}")
+        return found
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    # -- JWKS ----------------------------------------------------------------------------------------
+
+    async def _verify_jwt(self, token: str, audience: str) -> TokenSubject:
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError as exc:
+            raise TokenRejected(f"not a JWT ({type(exc).__name__})") from None
+        if header.get("alg") not in self.config.algorithms:
+            raise TokenRejected(f"algorithm {header.get('alg')!r} not accepted")
+        key = await self._key(str(header.get("kid") or ""))
+        try:
+            claims = jwt.decode(
+                token,
+                key.key,
+                algorithms=list(self.config.algorithms),
+                audience=audience,
+                issuer=self.config.issuer,
+                options={"require": ["exp", "iss", "aud"]},
+                leeway=30,
+            )
+        except jwt.PyJWTError as exc:
+            raise TokenRejected(f"{type(exc).__name__}: {exc}") from None
+        return self._subject(claims)
+
+    async def _key(self, kid: str) -> jwt.PyJWK:
+        keys = await self._key_set(refresh=False)
+        key = _find(keys, kid)
+        if key is None and time.monotonic() - self._jwks_at >= JWKS_REFETCH_SECONDS:
+            key = _find(await self._key_set(refresh=True), kid)
+        if key is None:
+            raise TokenRejected(f"no published key {kid!r}")
+        return key
+
+    async def _key_set(self, *, refresh: bool) -> jwt.PyJWKSet:
+        async with self._jwks_lock:
+            fresh = self._jwks is not None and time.monotonic() - self._jwks_at < JWKS_TTL_SECONDS
+            if self._jwks is not None and fresh and not refresh:
+                return self._jwks
+            self._jwks_at = time.monotonic()
+            assert self.config.jwks_url is not None
+            try:
+                document = await self._get_json("GET", self.config.jwks_url)
+                self._jwks = jwt.PyJWKSet.from_dict(document)
+            except (httpx.HTTPError, ValueError, jwt.PyJWTError) as exc:
+                if self._jwks is None:
+                    raise TokenRejected(f"the key set could not be read ({type(exc).__name__})") from None
+            return self._jwks
+
+    # -- introspection -------------------------------------------------------------------------------
+
+    async def _introspect(self, token: str, audience: str) -> TokenSubject:
+        digest = hashlib.sha256(f"{audience}\0{token}".encode()).hexdigest()
+        now = time.monotonic()
+        cached = self._active.get(digest)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        config = self.config
+        assert config.introspection_url is not None and config.client_id and config.secret_ref
+        secret = await self._secret(config.secret_ref)
+        try:
+            answer = await self._get_json(
+                "POST",
+                config.introspection_url,
+                data={"token": token, "token_type_hint": "access_token"},
+                auth=(config.client_id, secret),
+            )
+        except (httpx.HTTPError, ValueError) as exc:
+            raise TokenRejected(f"introspection failed ({type(exc).__name__})") from None
+        if answer.get("active") is not True:
+            raise TokenRejected("inactive")
+        if answer.get("iss") not in (None, config.issuer):
+            raise TokenRejected("another issuer")
+        granted = answer.get("aud")
+        if audience not in (granted if isinstance(granted, list) else [granted]):
+            raise TokenRejected("another audience")
+        expires = answer.get("exp")
+        if isinstance(expires, int | float) and expires <= time.time():
+            raise TokenRejected("expired")
+        found = self._subject(answer)
+        keep = INTROSPECTION_CACHE_SECONDS
+        if isinstance(expires, int | float):
+            keep = min(keep, expires - time.time())
+        self._active[digest] = (now + keep, found)
+        self._active.move_to_end(digest)
+        while len(self._active) > INTROSPECTION_CACHE_ENTRIES:
+            self._active.popitem(last=False)
+        return found
+
+    # -- shared --------------------------------------------------------------------------------------
+
+    def _subject(self, claims: dict[str, Any]) -> TokenSubject:
+        subject = claims.get(self.config.subject_claim)
+        if not isinstance(subject, str) or not subject or len(subject) > 256:
+            raise TokenRejected(f"no usable {self.config.subject_claim!r} claim")
+        scope = claims.get("scope")
+        scopes = tuple(scope.split()) if isinstance(scope, str) else tuple(claims.get("scp") or ())
+        return TokenSubject(subject, scopes)
+
+    async def _get_json(self, method: str, url: str, **kwargs: Any) -> dict[str, Any]:
+        async with self._http.stream(method, url, **kwargs) as response:
+            response.raise_for_status()
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > MAX_DOCUMENT_BYTES:
+                    raise ValueError("answer too large")
+        document = httpx.Response(200, content=bytes(body)).json()
+        if not isinstance(document, dict):
+            raise ValueError("not a JSON object")
+        return document
+
+
+def request_base(scope: Any) -> str:
+    """``scheme://host`` the request was sent to (its Host header; the DNS-rebinding checks bound it)."""
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+    return f"{scope.get('scheme', 'http')}://{headers.get('host', 'localhost')}"
+
+
+def _find(keys: jwt.PyJWKSet, kid: str) -> jwt.PyJWK | None:
+    for key in keys.keys:
+        if key.key_id == kid or (not kid and len(keys.keys) == 1):
+            return key
+    return None
