@@ -201,3 +201,36 @@ def test_dns_rebinding_is_refused_and_a_down_upstream_is_a_tool_error_in_the_run
     step = record["steps"][-1]
     assert step["type"] == "tool_call" and step["name"] == "calc__add" and step["server"] == "calc"
     assert step["outcome"] == "error"
+
+
+def test_an_upstream_tool_list_change_reaches_a_2025_session(
+    mcp_server_factory: Callable[..., McpTestServer], gateway_factory: Any, tmp_path: Path
+) -> None:
+    import mcp_types as types
+
+    upstream = mcp_server_factory("calc")
+    plugin = write_plugin(tmp_path, "calc", {"mcp_servers": [{"id": "calc", "url": upstream.url}]})
+    gateway: RunningGateway = gateway_factory(
+        allow_private_mcp_urls=True, mcp_endpoints=[{"name": "tools", "plugin": plugin}]
+    )
+
+    async def use() -> tuple[bool, list[str], list[str]]:
+        changed = asyncio.Event()
+
+        async def on_message(message: Any) -> None:
+            if isinstance(message, types.ToolListChangedNotification):
+                changed.set()
+
+        http = httpx2.AsyncClient(headers={"authorization": f"Bearer {gateway.key}"}, timeout=20)
+        transport = streamable_http_client(f"{gateway.url}/mcp/tools", http_client=http)
+        async with Client(transport, mode="legacy", message_handler=on_message) as client:  # type: ignore[arg-type]
+            before = [t.name for t in (await client.list_tools()).tools]
+            assert client.server_capabilities.tools.list_changed  # declared to 2025-11-25 clients
+            await client.call_tool("calc__grow", {})  # the upstream adds a tool and says so
+            async with asyncio.timeout(10):
+                await changed.wait()
+            after = [t.name for t in (await client.list_tools()).tools]
+            return changed.is_set(), before, after
+
+    announced, before, after = asyncio.run(use())
+    assert announced and "calc__extra" not in before and "calc__extra" in after

@@ -20,17 +20,19 @@ import asyncio
 import fnmatch
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import mcp_types as types
 import orjson
 from mcp.server.caching import CACHEABLE_METHODS, CacheHint
-from mcp.server.lowlevel import Server
+from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from hatchway.api.mcp_endpoints.oauth import ResourceServer
 from hatchway.api.mcp_endpoints.operations import EndpointOperations
@@ -105,19 +107,54 @@ class Endpoint:
         # What a client may cache of a listing depends on who asks (per-user servers, allowlists):
         # private, and stale at once (the gateway's own listings are cached upstream of it).
         hints = {method: CacheHint(ttl_ms=0, scope="private") for method in CACHEABLE_METHODS}
-        self.server = Server(f"hatchway-{config.name}", version="0.1.0", cache_hints=hints, **handlers)
+        self.server = _EndpointServer(
+            f"hatchway-{config.name}", version="0.1.0", cache_hints=hints, **handlers
+        )
         # The endpoint's own requestState (a confirmation, a relayed round) is sealed under a key
         # derived from the master key (every replica has it), bound to the caller and this endpoint.
         security = RequestStateSecurity(keys=[state_key], bind_principal=_caller_of)
         self.server.middleware.append(
             RequestStateBoundary(security, default_audience=f"hatchway:{config.name}")
         )
+        self._listeners: OrderedDict[str, Any] = OrderedDict()
+        """2025-11-25 sessions that listed tools, by session id (their ``ServerSession``)."""
+        self._announcing: set[asyncio.Task[None]] = set()
+        gateway.mcp_pool.tools_changed.append(self.upstream_tools_changed)
         self.sessions = StreamableHTTPSessionManager(
             app=self.server,
             max_sessions=MAX_SESSIONS,
             session_idle_timeout=SESSION_IDLE_SECONDS,
             security_settings=transport,
         )
+
+    # -- list changes ------------------------------------------------------------------------------
+
+    def _remember(self, request_ctx: Any) -> None:
+        """A 2025-11-25 session that lists tools is told when they change (by its session id)."""
+        request = request_ctx.request
+        session_id = request.headers.get("mcp-session-id") if request is not None else None
+        if session_id is None or request_ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return  # 2026-07-28 listings say ttlMs 0: a client lists again when it needs to
+        self._listeners[session_id] = request_ctx.session
+        self._listeners.move_to_end(session_id)
+        while len(self._listeners) > MAX_SESSIONS:
+            self._listeners.popitem(last=False)
+
+    async def upstream_tools_changed(self, server: McpServerConfig) -> None:
+        """A server of this endpoint's plugin changed its tools: tell the sessions listening."""
+        if not any(s.id == server.id and s.url == server.url for s in self.plugin.mcp_servers):
+            return
+        task = asyncio.create_task(self._announce(list(self._listeners.items())))
+        self._announcing.add(task)
+        task.add_done_callback(self._announcing.discard)
+
+    async def _announce(self, listeners: list[tuple[str, Any]]) -> None:
+        for session_id, session in listeners:
+            try:
+                async with asyncio.timeout(5):
+                    await session.send_tool_list_changed()
+            except Exception:  # the session is gone: forget it
+                self._listeners.pop(session_id, None)
 
     def allows_org(self, principal: Principal) -> bool:
         allowed = self.config.organisations
@@ -196,6 +233,7 @@ class Endpoint:
         return sorted(found.values(), key=lambda entry: entry[0])  # deterministic order
 
     async def _list_tools(self, request_ctx: Any, params: Any) -> types.ListToolsResult:
+        self._remember(request_ctx)
         return types.ListToolsResult(tools=await self.listed_tools(self._context(request_ctx)))
 
     async def _call_tool(self, request_ctx: Any, params: types.CallToolRequestParams) -> Any:
@@ -454,6 +492,15 @@ class Endpoint:
             raise MCPError(code=types.INTERNAL_ERROR, message=ctx.redact(exc.message)) from None
         except ToolError as exc:
             raise MCPError(code=types.INTERNAL_ERROR, message=ctx.redact(exc.message)) from None
+
+
+class _EndpointServer(Server):  # type: ignore[type-arg]
+    """The SDK's server, declaring ``tools.listChanged`` to 2025-11-25 clients: the endpoint tells
+    them when an upstream's tools change (the SDK declares it only when asked to)."""
+
+    def create_initialization_options(self, notification_options: Any = None, **kwargs: Any) -> Any:
+        options = notification_options or NotificationOptions(tools_changed=True)
+        return super().create_initialization_options(options, **kwargs)
 
 
 def relayed_error(rpc: Any, ctx: RunContext) -> MCPError:

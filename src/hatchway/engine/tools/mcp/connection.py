@@ -127,8 +127,10 @@ class McpConnection:
         *,
         guard: bool,
         max_answer_bytes: int | None = None,
+        on_tools_changed: Callable[[McpServerConfig], Awaitable[None]] | None = None,
     ) -> None:
         self.server = server
+        self.on_tools_changed = on_tools_changed
         self.listing = listing
         self.guard = guard
         self.max_answer_bytes = max_answer_bytes
@@ -282,6 +284,8 @@ class McpConnection:
         # Handshake-era servers push notifications/tools/list_changed on the session's stream.
         if isinstance(message, types.ToolListChangedNotification):
             await self.listing.forget()
+            if self.on_tools_changed is not None:
+                await self.on_tools_changed(self.server)
 
     def _transport(self, http: httpx2.AsyncClient | None) -> Any:
         server = self.server

@@ -13,7 +13,7 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -91,7 +91,17 @@ class McpServerPool:
         """By connection key, least recently used first."""
         self._listings: dict[str, ToolListing] = {}
         self._closed = False
+        self.tools_changed: list[Callable[[McpServerConfig], Awaitable[None]]] = []
+        """Called when a server announces ``notifications/tools/list_changed`` (the MCP endpoints
+        pass it on to their clients)."""
         install_log_redaction()  # the SDK logs tool arguments and results at DEBUG
+
+    async def _announce_tools_changed(self, server: McpServerConfig) -> None:
+        for observer in list(self.tools_changed):
+            try:
+                await observer(server)
+            except Exception:  # one observer's failure must not stop the session's reader
+                logger.exception("MCP server %s: a tools_changed observer failed", server.id)
 
     def __len__(self) -> int:
         return sum(1 for s in self._sessions.values() if not s.connection.lost.is_set())
@@ -120,7 +130,13 @@ class McpServerPool:
             install_log_redaction()  # again: loggers of SDK modules imported since
             await self._make_room(org_id, key)
             listing = self.listing(server, org_id, trusted=trusted, user=user)
-            connection = McpConnection(server, listing, guard=guard, max_answer_bytes=self.max_answer_bytes)
+            connection = McpConnection(
+                server,
+                listing,
+                guard=guard,
+                max_answer_bytes=self.max_answer_bytes,
+                on_tools_changed=self._announce_tools_changed,
+            )
             connection.start()
             session = _Session(connection, org_id, trusted, self._clock())
             self._sessions[key] = session
