@@ -187,3 +187,70 @@ def test_the_sealed_confirmation_state_answers_only_for_the_user_it_was_asked_of
     replayed = _post(gateway, "alice", retry)["result"]  # the same answer again: the outcome, not a rerun
     assert replayed["structuredContent"]["status"] == "COMPLETED"
     assert sum(contas.backend.executions.values()) == 1
+
+
+def _claude_code_settings(gateway: RunningGateway, user: str) -> tuple[str, dict[str, str]]:
+    """The ``.mcp.json`` docs/mcp-endpoints.md gives for Claude Code, expanded as Claude Code does."""
+    import json
+    import re
+
+    from tests.support.paths import ROOT
+
+    doc = (ROOT / "docs" / "mcp-endpoints.md").read_text(encoding="utf-8")
+    block = next(
+        b for b in re.findall(r"```json\n(.*?)```", doc, re.S) if '"type": "http"' in b and "${" in b
+    )
+    server = json.loads(block)["mcpServers"]["hatchway"]
+    env = {"HATCHWAY_KEY": gateway.key, "USER": user}
+
+    def expand(value: str) -> str:
+        return re.sub(r"\$\{(\w+)\}", lambda m: env[m.group(1)], value)
+
+    assert server["type"] == "http"
+    url = server["url"].replace("https://gateway.example.com", gateway.url)
+    return url, {name: expand(value) for name, value in server["headers"].items()}
+
+
+def test_claude_codes_documented_settings_list_call_and_confirm(
+    contas: RunningContas, gateway_factory: Any, tmp_path: Path
+) -> None:
+    """What Claude Code does with the documented configuration, done by the Python SDK with exactly
+    those settings: list, a plain tool, a transactional one accepted and declined, and another
+    user's acceptance refused."""
+    gateway = _gateway(contas, gateway_factory, tmp_path)
+
+    async def with_settings(user: str, action: Callable[[Client], Any], accept: bool | None = None) -> Any:
+        url, headers = _claude_code_settings(gateway, user)
+        elicit = _answering(accept, []) if accept is not None else None
+        http = httpx2.AsyncClient(headers=headers, timeout=30)
+        async with Client(
+            streamable_http_client(url, http_client=http), elicitation_callback=elicit
+        ) as client:  # type: ignore[arg-type]
+            return await action(client)
+
+    async def listed_and_plain(client: Client) -> tuple[list[str], Any]:
+        names = [t.name for t in (await client.list_tools()).tools]
+        return names, await client.call_tool("consultar_pedidos", {"ids": ["1001", "9999"]})
+
+    names, plain = asyncio.run(with_settings("alice", listed_and_plain))
+    assert {TOOL, "consultar_pedidos", "confirm_operation"} <= set(names)
+    assert not plain.is_error and "not_found" in plain.content[0].text
+
+    def call(client: Client) -> Any:
+        return client.call_tool(TOOL, ABC)
+
+    accepted = asyncio.run(with_settings("alice", call, accept=True)).structured_content
+    assert accepted["verdict"] == "PARTIAL_SUCCESS" and len(accepted["results"]) == 3
+    assert contas.backend.executions == {accepted["operation_id"]: 1}
+    declined = asyncio.run(with_settings("alice", call, accept=False)).structured_content
+    assert declined["status"] == "CANCELLED"
+    pending = asyncio.run(with_settings("alice", call)).structured_content  # no elicitation declared
+    assert pending["status"] == "AWAITING_CONFIRMATION"
+
+    async def bob_confirms(client: Client) -> Any:
+        arguments = {k: pending[k] for k in ("operation_id", "arguments_digest")} | {"decision": "confirm"}
+        return await client.call_tool("confirm_operation", arguments)
+
+    refused = asyncio.run(with_settings("bob", bob_confirms))
+    assert refused.is_error and "confirmation_not_yours" in refused.content[0].text
+    assert contas.backend.executions == {accepted["operation_id"]: 1}  # nothing else ever ran
