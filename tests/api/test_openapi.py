@@ -136,6 +136,7 @@ def test_successful_answers_match_the_documented_objects(
     check("put", secret, httpx.put(f"{url}/v1/secrets/s1", json={"value": "w"}, headers=auth))
     check("get", "/v1/secrets", httpx.get(f"{url}/v1/secrets", headers=auth))
     check("delete", secret, httpx.delete(f"{url}/v1/secrets/s1", headers=auth))
+    check("get", "/v1/mcp/endpoints", httpx.get(f"{url}/v1/mcp/endpoints", headers=auth))
 
 
 def test_a_405_names_the_methods_of_the_resource(gateway: RunningGateway) -> None:

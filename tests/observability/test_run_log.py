@@ -265,6 +265,7 @@ def test_bad_log_filters_are_400s_naming_the_parameter(gateway) -> None:
         "until": {"since": "2026-01-02T00:00:00Z", "until": "2026-01-01T00:00:00Z"},
         "after": {"after": "resp_123"},
         "limit": {"limit": "0"},
+        "route": {"route": "r" * 257},
     }
     for param, params in cases.items():
         response = logs(gateway, **params)

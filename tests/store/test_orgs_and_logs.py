@@ -92,6 +92,26 @@ async def test_log_writer_batches_and_flushes_and_reads_are_org_scoped(db: Datab
     await writer.close()
 
 
+async def test_the_route_filter_is_exact_and_org_scoped(db: Database) -> None:
+    writer = LogWriter(db)
+    writer.start()
+    a, b = new_id("org"), new_id("org")
+    for route in ("mcp:tools", "mcp:tools", "mcp:tools-2", "chat.completions", "responses"):
+        writer.submit(_record(a, route=route))
+    writer.submit(_record(b, route="mcp:tools"))
+    await writer.flush()
+    store = RequestLogStore(db)
+
+    tools = await store.list(a, LogQuery(route="mcp:tools"))
+    assert [r.route for r in tools] == ["mcp:tools", "mcp:tools"]  # not mcp:tools-2: no prefix match
+    assert [r.id for r in tools] == sorted((r.id for r in tools), reverse=True)
+    assert [r.route for r in await store.list(a, LogQuery(route="chat.completions"))] == ["chat.completions"]
+    assert await store.list(a, LogQuery(route="mcp:")) == []
+    assert len(await store.list(a, LogQuery(route="mcp:tools", limit=1))) == 1
+    assert [r.org_id for r in await store.list(b, LogQuery(route="mcp:tools"))] == [b]
+    await writer.close()
+
+
 async def test_log_writer_close_writes_everything_queued(db: Database) -> None:
     writer = LogWriter(db)
     writer.start()

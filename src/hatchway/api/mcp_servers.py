@@ -55,7 +55,7 @@ async def list_mcp_endpoints(
     """Each endpoint this organisation may use: its config, its tools now (as ``tools/list`` gives
     them to this caller, operations marked) and its most recent calls from the run log."""
     endpoints: McpEndpoints | None = getattr(request.app.state, "mcp_endpoints", None)
-    allowed = [e for e in endpoints.endpoints.values() if e.allows_org(principal)] if endpoints else []
+    allowed = [e for e in endpoints.endpoints.values() if e.allows(principal)] if endpoints else []
     gw = gateway_of(request)
     await gw.log_writer.flush()  # read-your-writes on this replica
     deadline = gw.settings.loop_deadline_seconds

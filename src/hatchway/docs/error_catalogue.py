@@ -31,6 +31,8 @@ MEANINGS: dict[str, str] = {
     "invalid_secret_ref": "A secret reference is not `secret.<name>`.",
     "invalid_host": "An entry of a secret's `allowed_hosts` is not a host name.",
     "invalid_api_key": "The `Authorization: Bearer` key is missing, unknown or revoked.",
+    "invalid_token": "An MCP endpoint in OAuth resource-server mode refused the access token: another "
+    "issuer or audience, expired, a bad signature, a missing scope, or inactive (docs/mcp-endpoints.md).",
     "forbidden": "Authenticated, but this key may not do that.",
     "egress_denied": "An inline plugin's server or token URL resolves to a loopback, private, link-local or "
     "metadata address, or runs a stdio command (set `allow_private_mcp_urls` on trusted networks); "
@@ -122,6 +124,10 @@ MEANINGS: dict[str, str] = {
     "oauth_unavailable": "Per-user OAuth is not configured where this call ran.",
     "input_not_yours": "A tool's open question can only be answered by the end user it was asked of "
     "(the conversation's `X-On-Behalf-Of`); it stays open.",
+    "operation_not_found": "An MCP endpoint was asked to decide an operation that is not one of its "
+    "agent's in this organisation.",
+    "input_relayed": "Internal to an MCP endpoint: the upstream's request for input, handed to the "
+    "endpoint's 2026-07-28 client as an `input_required` result (never seen as an error).",
     "input_requested": "The tool asked the end user a question (MCP input request); the run paused "
     "with it, and the user's next message answers it.",
     "input_expired": "The tool's question expired before the end user answered it.",

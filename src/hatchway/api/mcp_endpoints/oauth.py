@@ -50,8 +50,10 @@ class TokenSubject:
 class TokenRejected(AuthenticationError):
     """The bearer is not a valid access token for this endpoint (the reason is for the log only)."""
 
+    default_code = "invalid_token"
+
     def __init__(self, reason: str) -> None:
-        super().__init__("The access token is not valid for this MCP endpoint.", code="invalid_token")
+        super().__init__("The access token is not valid for this MCP endpoint.")
         self.reason = reason
 
 
