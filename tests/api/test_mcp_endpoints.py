@@ -234,3 +234,42 @@ def test_an_upstream_tool_list_change_reaches_a_2025_session(
 
     announced, before, after = asyncio.run(use())
     assert announced and "calc__extra" not in before and "calc__extra" in after
+
+
+def test_the_plugins_tool_result_cache_serves_an_endpoints_repeated_call(
+    mcp_server_factory: Callable[..., McpTestServer], gateway_factory: Any, tmp_path: Path
+) -> None:
+    upstream = mcp_server_factory("calc", required_bearer=UPSTREAM_TOKEN)
+    server = {
+        "id": "calc",
+        "url": upstream.url,
+        "auth": {"type": "bearer", "secret_ref": "secret.calc_token"},
+    }
+    plugin = write_plugin(
+        tmp_path, "calc", {"mcp_servers": [server], "agent": {"tool_cache_ttl_seconds": 60}}
+    )
+    gateway: RunningGateway = gateway_factory(
+        allow_private_mcp_urls=True, mcp_endpoints=[{"name": "tools", "plugin": plugin}]
+    )
+    assert gateway.put_secret("calc_token", UPSTREAM_TOKEN).status_code == 201
+    other = gateway.new_org()
+    assert gateway.put_secret("calc_token", UPSTREAM_TOKEN, key=other.key).status_code == 201
+
+    async def echo_twice(client: Client) -> list[str]:
+        texts = []
+        for _ in range(2):
+            result = await client.call_tool("calc__echo", {"text": f"hi {UPSTREAM_TOKEN}"})
+            texts.append(result.content[0].text)
+        return texts
+
+    url = f"{gateway.url}/mcp/tools"
+    first = asyncio.run(_session(url, gateway.key, "auto", echo_twice))
+    assert first[0] == first[1] and UPSTREAM_TOKEN not in first[0]  # cached as the client saw it
+    assert upstream.tool_calls("echo") == 1
+    asyncio.run(_session(url, other.key, "auto", echo_twice))  # another organisation: its own entry
+    assert upstream.tool_calls("echo") == 2
+    logs = httpx.get(
+        f"{gateway.url}/v1/logs?route=mcp:tools", headers={"authorization": f"Bearer {gateway.key}"}
+    )
+    cached = [r["steps"][-1]["cached"] for r in logs.json()["data"]]
+    assert sorted(cached) == [False, True]

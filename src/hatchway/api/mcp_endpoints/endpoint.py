@@ -298,6 +298,10 @@ class Endpoint:
         resume: dict[str, Any] = {"input_responses": params.input_responses}
         if state is not None and state["kind"] == "relay" and state.get("server") == server.id:
             resume.update(request_state=state.get("state"), input_round=int(state.get("round") or 1) + 1)
+        cache_key = self._cache_key(server, tool, arguments, ctx, resume)
+        if cache_key is not None and (hit := await self.gateway.cache.get(cache_key)) is not None:
+            meta.update(outcome="ok", cached=True)
+            return types.CallToolResult.model_validate(hit)
         relay = self._client(RelayToClient(client))
         progress = client.session.report_progress  # the upstream's progress, on the client's token
         outcome = await relay.call(server, tool, arguments, ctx, progress=progress, **resume)
@@ -319,11 +323,30 @@ class Endpoint:
         meta["outcome"] = "tool_error" if result.is_error else "ok"
         structured = result.structured if isinstance(result.structured, dict) else None
         content = result.content or [types.TextContent(text=result.text)]
-        return types.CallToolResult(
+        relayed = types.CallToolResult(
             content=[redact_block(block, ctx) for block in content],
             structured_content=ctx.redact_value(structured) if structured is not None else None,
             is_error=result.is_error,
         )
+        if cache_key is not None and not result.is_error:  # what the client saw: already redacted
+            ttl = self.plugin.agent.tool_cache_ttl_seconds
+            await self.gateway.cache.set(cache_key, relayed.model_dump(mode="json", by_alias=True), ttl)
+        return relayed
+
+    def _cache_key(
+        self,
+        server: McpServerConfig,
+        tool: str,
+        arguments: dict[str, Any],
+        ctx: RunContext,
+        resume: dict[str, Any],
+    ) -> str | None:
+        """The loop's tool-result cache (``agent.tool_cache_ttl_seconds``), for a first round only."""
+        if self.plugin.agent.tool_cache_ttl_seconds <= 0 or resume.get("input_responses") is not None:
+            return None
+        from hatchway.engine.tools.mcp.toolset import tool_result_key
+
+        return tool_result_key(server, tool, arguments, ctx, trusted=True, prefix="mcp:endpoint-result:")
 
     @staticmethod
     async def _within_deadline(ctx: RunContext, work: Awaitable[T]) -> T:
@@ -565,7 +588,7 @@ def _step(
         "arguments": ctx.redact(orjson.dumps(params.arguments or {}).decode()),
         "duration_ms": round(duration_ms, 3),
         "outcome": meta.pop("outcome", "error" if is_error else "ok"),
-        "cached": False,
+        "cached": bool(meta.pop("cached", False)),
         "retries": int(meta.pop("retries", 0)),
         "result_preview": preview[:500],
         **{k: v for k, v in meta.items() if k not in ("multi_item",)},

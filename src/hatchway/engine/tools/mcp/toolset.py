@@ -208,19 +208,33 @@ class McpToolset(Toolset):
     ) -> str | None:
         if self.cache_ttl_seconds <= 0:
             return None
-        try:
-            forwarded = forwarded_headers(server.forward_headers, ctx.request_headers)
-        except HatchwayError:
-            return None
-        # Forwarded headers (tenant, end-user token…) can change the answer, so they are part of it.
-        material = [
-            connection_key(server, ctx.org_id, trusted=self.client.trusted, user=ctx.on_behalf_of),
-            tool,
-            arguments,
-            forwarded,
-        ]
-        digest = hashlib.sha256(orjson.dumps(material, option=orjson.OPT_SORT_KEYS)).hexdigest()
-        return f"mcp:tool-result:{digest}"
+        return tool_result_key(server, tool, arguments, ctx, trusted=self.client.trusted)
+
+
+def tool_result_key(
+    server: McpServerConfig,
+    tool: str,
+    arguments: dict[str, Any],
+    ctx: RunContext,
+    *,
+    trusted: bool,
+    prefix: str = "mcp:tool-result:",
+) -> str | None:
+    """The cache key of one call's result: the server as this organisation and end user reach it,
+    the tool, its arguments and the headers forwarded to it; None when those cannot be read."""
+    try:
+        forwarded = forwarded_headers(server.forward_headers, ctx.request_headers)
+    except HatchwayError:
+        return None
+    # Forwarded headers (tenant, end-user token…) can change the answer, so they are part of it.
+    material = [
+        connection_key(server, ctx.org_id, trusted=trusted, user=ctx.on_behalf_of),
+        tool,
+        arguments,
+        forwarded,
+    ]
+    digest = hashlib.sha256(orjson.dumps(material, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return f"{prefix}{digest}"
 
 
 def connect_message(links: dict[str, str]) -> str:
