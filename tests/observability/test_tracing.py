@@ -260,3 +260,47 @@ def test_streamed_and_failed_model_calls_have_their_spans(
     run = only(spans, "invoke_agent gpt-4o")
     assert run.status.status_code is StatusCode.ERROR and run.attributes["hatchway.status"] == "error"
     assert only(spans, "POST /v1/chat/completions").status.status_code is StatusCode.ERROR
+
+
+def test_an_mcp_endpoint_call_is_a_run_span_with_its_tool_span(
+    gateway_factory: Any,
+    mcp_server_factory: Any,
+    tracer_provider: TracerProvider,
+    exporter: InMemorySpanExporter,
+    tmp_path: Path,
+) -> None:
+    import asyncio
+
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    from tests.support.agent_loop import write_plugin
+
+    upstream = mcp_server_factory("calc")
+    plugin = write_plugin(tmp_path, "calc", {"mcp_servers": [{"id": "calc", "url": upstream.url}]})
+    gateway = gateway_factory(
+        allow_private_mcp_urls=True,
+        mcp_endpoints=[{"name": "tools", "plugin": plugin}],
+        gateway_options={"tracer_provider": tracer_provider},
+    )
+
+    async def call() -> None:
+        http = httpx2.AsyncClient(headers={"authorization": f"Bearer {gateway.key}"}, timeout=20)
+        async with Client(streamable_http_client(f"{gateway.url}/mcp/tools", http_client=http)) as client:
+            await client.call_tool("calc__add", {"a": 1, "b": 2})
+
+    asyncio.run(call())
+    spans = wait_until(
+        lambda: (
+            (s := list(exporter.get_finished_spans()))
+            and any(x.name == "invoke_agent mcp:tools" for x in s)
+            and s
+        ),
+        message="the endpoint's run span",
+    )
+    run = only(spans, "invoke_agent mcp:tools")
+    [tool] = [s for s in children_of(spans, run) if s.name == "execute_tool calc__add"]
+    assert (
+        tool.attributes["hatchway.tool.server"] == "calc" and tool.attributes["hatchway.tool.outcome"] == "ok"
+    )

@@ -136,6 +136,11 @@ class TracedToolset(Toolset):
             return result
 
 
+def describe_tool_call(span: Span, result: ToolResult) -> None:
+    """A tool call's span described by its result (its ``meta``: outcome, server, retries…)."""
+    _describe_result(span, result)
+
+
 def _describe_result(span: Span, result: ToolResult) -> None:
     meta: dict[str, Any] = result.meta
     attributes: dict[str, Any] = {

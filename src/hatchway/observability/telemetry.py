@@ -8,7 +8,9 @@ wraps the model provider and toolsets so model and tool calls get spans of their
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,9 +18,9 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from hatchway.engine.providers.routing import ResolvedModel
-from hatchway.engine.tools.base import Toolset
+from hatchway.engine.tools.base import ToolResult, Toolset
 from hatchway.observability.metrics import Metrics
-from hatchway.observability.spans import TracedProvider, TracedToolset
+from hatchway.observability.spans import TracedProvider, TracedToolset, describe_tool_call
 from hatchway.observability.tracing import Tracing
 from hatchway.store.logs import LogRecord, Record
 
@@ -35,6 +37,25 @@ class RunInstruments:
             return model
         provider = TracedProvider(model.provider, self.tracer, trace.set_span_in_context(self.span))
         return dataclasses.replace(model, provider=provider)
+
+    @contextlib.contextmanager
+    def tool_call(self, name: str) -> Iterator[Callable[[ToolResult], None]]:
+        """One ``execute_tool {name}`` span around a call made outside a toolset (an MCP endpoint's);
+        the function it gives describes the span by the call's result."""
+        if self.span is None or self.tracer is None:
+            yield lambda result: None
+            return
+        with self.tracer.start_as_current_span(
+            f"execute_tool {name}",
+            context=trace.set_span_in_context(self.span),
+            kind=SpanKind.INTERNAL,
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": name,
+                "gen_ai.tool.type": "extension",
+            },
+        ) as span:
+            yield lambda result: describe_tool_call(span, result)
 
     def toolset(self, toolset: Toolset) -> Toolset:
         if self.span is None or self.tracer is None:

@@ -41,6 +41,7 @@ from hatchway.config.plugin import McpServerConfig, PluginConfig
 from hatchway.config.settings import McpEndpointConfig
 from hatchway.engine.context import Principal, RunContext
 from hatchway.engine.loop import RunResult
+from hatchway.engine.tools.base import ToolResult
 from hatchway.engine.tools.mcp.connection import FORWARDED_CAPABILITIES
 from hatchway.engine.tools.mcp.naming import namespaced_name
 from hatchway.errors import HatchwayError, McpServerError, ToolError
@@ -242,18 +243,22 @@ class Endpoint:
         meta: dict[str, Any] = {}
         started = time.monotonic()
         async with gw.scopes.open(f"mcp:{self.config.name}", ctx) as scope:
-            scope.begin(name=f"mcp:{self.config.name}", agent=self.config.agent, plugin_source=self._source)
+            instruments = scope.begin(
+                name=f"mcp:{self.config.name}", agent=self.config.agent, plugin_source=self._source
+            )
             failure: MCPError | None = None
-            try:
-                result = await self._dispatch(params, ctx, ClientSide.of(request_ctx), meta)
-            except MCPError as exc:  # relayed as the JSON-RPC error it is, after the run is recorded
-                failure, result = exc, tool_error(exc.error.message, code="mcp_protocol_error")
-            except Exception as exc:  # the SDK would send its text unredacted to 2025-era clients
-                logger.exception("MCP endpoint %s: the call of %s failed", self.config.name, params.name)
-                meta.update(outcome="error", error_code="internal_error")
-                result = tool_error(
-                    ctx.redact(f"the call failed ({type(exc).__name__})"), code="internal_error"
-                )
+            with instruments.tool_call(params.name) as describe:
+                try:
+                    result = await self._dispatch(params, ctx, ClientSide.of(request_ctx), meta)
+                except MCPError as exc:  # relayed as the JSON-RPC error it is, after the run is recorded
+                    failure, result = exc, tool_error(exc.error.message, code="mcp_protocol_error")
+                except Exception as exc:  # the SDK would send its text unredacted to 2025-era clients
+                    logger.exception("MCP endpoint %s: the call of %s failed", self.config.name, params.name)
+                    meta.update(outcome="error", error_code="internal_error")
+                    message = ctx.redact(f"the call failed ({type(exc).__name__})")
+                    result = tool_error(message, code="internal_error")
+                is_error = isinstance(result, types.CallToolResult) and bool(result.is_error)
+                describe(ToolResult(output="", is_error=is_error, meta=dict(meta)))
             step = _step(params, result, meta, ctx, (time.monotonic() - started) * 1000)
             scope.end(200, RunResult(steps=[step], tool_calls=1))
         if failure is not None:
