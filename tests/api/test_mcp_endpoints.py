@@ -273,3 +273,53 @@ def test_the_plugins_tool_result_cache_serves_an_endpoints_repeated_call(
     )
     cached = [r["steps"][-1]["cached"] for r in logs.json()["data"]]
     assert sorted(cached) == [False, True]
+
+
+def test_one_organisation_cannot_take_every_session_of_an_endpoint(
+    mcp_server_factory: Callable[..., McpTestServer],
+    gateway_factory: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import hatchway.api.mcp_endpoints as endpoints
+
+    monkeypatch.setattr(endpoints, "MAX_SESSIONS_PER_ORG", 3)
+    upstream = mcp_server_factory("calc")
+    plugin = write_plugin(tmp_path, "calc", {"mcp_servers": [{"id": "calc", "url": upstream.url}]})
+    gateway: RunningGateway = gateway_factory(
+        allow_private_mcp_urls=True, mcp_endpoints=[{"name": "tools", "plugin": plugin}]
+    )
+    url = f"{gateway.url}/mcp/tools"
+    accept = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+
+    def open_session(key: str) -> httpx.Response:
+        return httpx.post(url, headers={**accept, "authorization": f"Bearer {key}"}, json=initialize)
+
+    opened = [open_session(gateway.key) for _ in range(3)]
+    assert all(r.status_code == 200 for r in opened)
+    refused = open_session(gateway.key)
+    assert refused.status_code == 429 and refused.headers["retry-after"]
+    other = gateway.new_org()
+    assert open_session(other.key).status_code == 200  # another tenant is not starved
+    session = opened[0].headers["mcp-session-id"]
+    closed = httpx.delete(
+        url,
+        headers={
+            **accept,
+            "authorization": f"Bearer {gateway.key}",
+            "mcp-session-id": session,
+            "mcp-protocol-version": "2025-11-25",
+        },
+    )
+    assert closed.status_code == 200
+    assert open_session(gateway.key).status_code == 200  # a closed session frees its place

@@ -20,16 +20,19 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import INTERNAL_ERROR
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from hatchway.api.auth import bearer_token
 from hatchway.api.errors import error_response
-from hatchway.api.mcp_endpoints.endpoint import END_USER, PRINCIPAL, Endpoint
+from hatchway.api.mcp_endpoints.endpoint import END_USER, PRINCIPAL, SESSION_IDLE_SECONDS, Endpoint
 from hatchway.api.mcp_endpoints.oauth import METADATA_PREFIX, TokenRejected, request_base
 from hatchway.api.mcp_endpoints.operations import EndpointOperations
 from hatchway.config.plugin import load_plugin
@@ -45,6 +48,8 @@ __all__ = ["PREFIX", "Endpoint", "McpEndpoints"]
 logger = logging.getLogger(__name__)
 PREFIX = "/mcp/"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+MAX_SESSIONS_PER_ORG = 100
+"""2025-11-25 sessions one organisation may hold open on one endpoint (of its ``MAX_SESSIONS``)."""
 
 
 class McpEndpoints:
@@ -54,6 +59,7 @@ class McpEndpoints:
         settings = gateway.settings
         self.gateway = gateway
         self.endpoints: dict[str, Endpoint] = {}
+        self.quota = SessionQuota()
         agents = {a.name: a for a in settings.agents}
         services = gateway.planner.operations.services
         # requestState sealed by one replica opens on every other: a key of the master key's.
@@ -108,6 +114,26 @@ class McpEndpoints:
             # The SDK binds a 2025-11-25 session to the credential that opened it.
             "user": _session_owner(principal, end_user),
         }
+        owner = principal.org_id
+        headers = _headers(scope)
+        session_id = headers.get("mcp-session-id")
+        opens = (
+            scope["method"] == "POST"
+            and session_id is None
+            and headers.get("mcp-protocol-version") not in MODERN_PROTOCOL_VERSIONS
+        )
+        if opens and self.quota.full(endpoint.config.name, owner):
+            body = {
+                "jsonrpc": "2.0",
+                "id": None,
+                "error": {"code": INTERNAL_ERROR, "message": "Too many open sessions for this organisation"},
+            }
+            await JSONResponse(body, status_code=429, headers={"retry-after": "60"})(scope, receive, send)
+            return
+        if session_id is not None:
+            self.quota.seen(endpoint.config.name, session_id, closed=scope["method"] == "DELETE")
+        if opens:  # the response names the session it opened
+            send = self.quota.watch(endpoint.config.name, owner, send)
         await endpoint.sessions.handle_request(scope, receive, send)
 
     async def _authenticate(self, scope: Scope, endpoint: Endpoint | None) -> tuple[Principal, str | None]:
@@ -145,6 +171,55 @@ class McpEndpoints:
         for endpoint in self.endpoints.values():
             if endpoint.resource_server is not None:
                 await endpoint.resource_server.close()
+
+
+class SessionQuota:
+    """2025-11-25 sessions per organisation on each endpoint, so one tenant cannot take the
+    endpoint's ``MAX_SESSIONS`` from the others: a new session past ``per_org`` is 429.
+
+    Counted from the ``Mcp-Session-Id`` the SDK's responses carry, forgotten on ``DELETE`` or after
+    the SDK's own idle timeout without a request (the SDK does not report a session's end)."""
+
+    def __init__(self, per_org: int | None = None, idle_seconds: float = SESSION_IDLE_SECONDS) -> None:
+        self.per_org = per_org or MAX_SESSIONS_PER_ORG
+        self.idle_seconds = idle_seconds
+        self._sessions: dict[tuple[str, str], tuple[str, float]] = {}
+        """(endpoint, session id) → (organisation, last request)."""
+
+    def full(self, endpoint: str, org_id: str) -> bool:
+        self._expire()
+        return (
+            sum(1 for (e, _), (o, _) in self._sessions.items() if e == endpoint and o == org_id)
+            >= self.per_org
+        )
+
+    def seen(self, endpoint: str, session_id: str, *, closed: bool) -> None:
+        key = (endpoint, session_id)
+        if key not in self._sessions:
+            return
+        if closed:
+            del self._sessions[key]
+        else:
+            self._sessions[key] = (self._sessions[key][0], time.monotonic())
+
+    def watch(self, endpoint: str, org_id: str, send: Send) -> Send:
+        """``send``, noting the session a response opens."""
+
+        async def noted(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                for name, value in message.get("headers", []):
+                    if name.lower() == b"mcp-session-id":
+                        self._sessions.setdefault(
+                            (endpoint, value.decode("latin-1")), (org_id, time.monotonic())
+                        )
+            await send(message)
+
+        return noted
+
+    def _expire(self) -> None:
+        cutoff = time.monotonic() - self.idle_seconds
+        for key in [k for k, (_, last) in self._sessions.items() if last < cutoff]:
+            del self._sessions[key]
 
 
 def _headers(scope: Scope) -> dict[str, str]:
