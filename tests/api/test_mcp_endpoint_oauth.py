@@ -28,7 +28,7 @@ from starlette.routing import Route
 
 from tests.support.contas import ABC, QUESTION, RunningContas
 from tests.support.gateway import RunningGateway
-from tests.support.servers import ServerThread
+from tests.support.servers import ServerThread, free_port
 
 ISSUER = "https://idp.example.com"
 INTROSPECTION_SECRET = "introspection-secret-4b1d"
@@ -82,8 +82,12 @@ def idp() -> Iterator[ScriptedIdp]:
 def _gateway(
     gateway_factory: Any, contas: RunningContas, tmp_path: Path, oauth: dict[str, Any]
 ) -> tuple[RunningGateway, str]:
-    """The gateway, and the key of ``acme``, the organisation OAuth calls act for."""
+    """The gateway, and the key of ``acme``, the organisation OAuth calls act for. It knows its own
+    address (``public_base_url``): the audience of its tokens comes from configuration only."""
+    port = free_port()
     gateway: RunningGateway = gateway_factory(
+        public_base_url=f"http://127.0.0.1:{port}",
+        gateway_options={"port": port},
         agents=[contas.agent(tmp_path / "contas")],
         mcp_endpoints=[
             {

@@ -21,19 +21,21 @@ import contextlib
 import hashlib
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from mcp.server.transport_security import TransportSecuritySettings
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp_types import INTERNAL_ERROR
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from hatchway.api.auth import bearer_token
 from hatchway.api.errors import error_response
 from hatchway.api.mcp_endpoints.endpoint import END_USER, PRINCIPAL, SESSION_IDLE_SECONDS, Endpoint
-from hatchway.api.mcp_endpoints.oauth import METADATA_PREFIX, TokenRejected, request_base
+from hatchway.api.mcp_endpoints.oauth import METADATA_PREFIX, TokenRejected
 from hatchway.api.mcp_endpoints.operations import EndpointOperations
 from hatchway.config.plugin import load_plugin
 from hatchway.config.settings import Settings
@@ -60,6 +62,7 @@ class McpEndpoints:
         self.gateway = gateway
         self.endpoints: dict[str, Endpoint] = {}
         self.quota = SessionQuota()
+        self.rebinding = TransportSecurityMiddleware(transport_security(settings))
         agents = {a.name: a for a in settings.agents}
         services = gateway.planner.operations.services
         # requestState sealed by one replica opens on every other: a key of the master key's.
@@ -86,10 +89,15 @@ class McpEndpoints:
         if scope["path"].startswith(METADATA_PREFIX):
             await self._metadata(scope, receive, send)
             return
+        # DNS rebinding first, before any credential is looked at (the SDK checks again).
+        refused = await self.rebinding.validate_request(Request(scope), is_post=scope["method"] == "POST")
+        if refused is not None:
+            await refused(scope, receive, send)
+            return
         name = scope["path"][len(PREFIX) :].strip("/")
         endpoint = self.endpoints.get(name)
         try:
-            # First: no credential, no telling which names exist (an OAuth endpoint's metadata is public).
+            # Then: no credential, no telling which names exist (an OAuth endpoint's metadata is public).
             principal, end_user = await self._authenticate(scope, endpoint)
             if endpoint is None:
                 raise NotFound(f"no MCP endpoint '{name}'")
@@ -102,7 +110,7 @@ class McpEndpoints:
                 invalid = "invalid_token" if isinstance(exc, TokenRejected) else None
                 challenge = 'Bearer realm="hatchway"'
                 if resource is not None:
-                    challenge = resource.challenge(request_base(scope), invalid)
+                    challenge = resource.challenge(invalid)
                 response.headers["www-authenticate"] = challenge
             if isinstance(exc, TokenRejected):
                 logger.info("MCP endpoint %s: token refused (%s)", name, exc.reason)
@@ -114,15 +122,21 @@ class McpEndpoints:
             # The SDK binds a 2025-11-25 session to the credential that opened it.
             "user": _session_owner(principal, end_user),
         }
-        owner = principal.org_id
+        await self._serve(endpoint, principal.org_id, scope, receive, send)
+
+    async def _serve(
+        self, endpoint: Endpoint, org_id: str, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """Hand the request to the endpoint's SDK session manager, its sessions counted per organisation."""
         headers = _headers(scope)
         session_id = headers.get("mcp-session-id")
+        name = endpoint.config.name
         opens = (
             scope["method"] == "POST"
             and session_id is None
             and headers.get("mcp-protocol-version") not in MODERN_PROTOCOL_VERSIONS
         )
-        if opens and self.quota.full(endpoint.config.name, owner):
+        if opens and self.quota.full(name, org_id):
             body = {
                 "jsonrpc": "2.0",
                 "id": None,
@@ -130,10 +144,13 @@ class McpEndpoints:
             }
             await JSONResponse(body, status_code=429, headers={"retry-after": "60"})(scope, receive, send)
             return
-        if session_id is not None:
-            self.quota.seen(endpoint.config.name, session_id, closed=scope["method"] == "DELETE")
         if opens:  # the response names the session it opened
-            send = self.quota.watch(endpoint.config.name, owner, send)
+            send = self.quota.opening(name, org_id, send)
+        elif session_id is not None and scope["method"] == "DELETE":  # freed only once the SDK ended it
+            send = self.quota.closing(name, session_id, send, also=endpoint.listeners.forget)
+        elif session_id is not None:
+            self.quota.seen(name, session_id)
+            endpoint.listeners.seen(session_id)
         await endpoint.sessions.handle_request(scope, receive, send)
 
     async def _authenticate(self, scope: Scope, endpoint: Endpoint | None) -> tuple[Principal, str | None]:
@@ -147,7 +164,7 @@ class McpEndpoints:
             # A bad X-On-Behalf-Of is the request's 400 now, not an error inside the MCP exchange.
             ctx = RunContext.from_headers(principal, headers, deadline_seconds=0)
             return principal, ctx.on_behalf_of
-        found = await resource.validate(token, request_base(scope))
+        found = await resource.validate(token)
         assert endpoint is not None and endpoint.config.oauth is not None
         org = await self.gateway.orgs.get_org(endpoint.config.oauth.organisation)
         return Principal(
@@ -162,13 +179,12 @@ class McpEndpoints:
         if resource is None or scope["method"] not in ("GET", "HEAD"):
             await error_response(NotFound(f"no OAuth-protected MCP endpoint '{name}'"))(scope, receive, send)
             return
-        response = JSONResponse(
-            resource.metadata(request_base(scope)), headers={"cache-control": "public, max-age=300"}
-        )
+        response = JSONResponse(resource.metadata(), headers={"cache-control": "public, max-age=300"})
         await response(scope, receive, send)
 
     async def close(self) -> None:
         for endpoint in self.endpoints.values():
+            await endpoint.listeners.close()
             if endpoint.resource_server is not None:
                 await endpoint.resource_server.close()
 
@@ -193,17 +209,13 @@ class SessionQuota:
             >= self.per_org
         )
 
-    def seen(self, endpoint: str, session_id: str, *, closed: bool) -> None:
+    def seen(self, endpoint: str, session_id: str) -> None:
         key = (endpoint, session_id)
-        if key not in self._sessions:
-            return
-        if closed:
-            del self._sessions[key]
-        else:
+        if key in self._sessions:
             self._sessions[key] = (self._sessions[key][0], time.monotonic())
 
-    def watch(self, endpoint: str, org_id: str, send: Send) -> Send:
-        """``send``, noting the session a response opens."""
+    def opening(self, endpoint: str, org_id: str, send: Send) -> Send:
+        """``send``, noting the session its response opens."""
 
         async def noted(message: Any) -> None:
             if message["type"] == "http.response.start":
@@ -212,6 +224,18 @@ class SessionQuota:
                         self._sessions.setdefault(
                             (endpoint, value.decode("latin-1")), (org_id, time.monotonic())
                         )
+            await send(message)
+
+        return noted
+
+    def closing(self, endpoint: str, session_id: str, send: Send, *, also: Callable[[str], None]) -> Send:
+        """``send``, forgetting the session when the SDK answers its ``DELETE`` with success (a refused
+        one — another key's, a rebinding attempt — leaves it counted)."""
+
+        async def noted(message: Any) -> None:
+            if message["type"] == "http.response.start" and 200 <= message["status"] < 300:
+                self._sessions.pop((endpoint, session_id), None)
+                also(session_id)
             await send(message)
 
         return noted

@@ -17,10 +17,11 @@ SDK server answering for it.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import fnmatch
 import logging
+import re
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -33,10 +34,13 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import BaseModel
 
+from hatchway.api.mcp_endpoints.listeners import ListChangeListeners
 from hatchway.api.mcp_endpoints.oauth import ResourceServer
 from hatchway.api.mcp_endpoints.operations import EndpointOperations
 from hatchway.api.mcp_endpoints.relay import ClientSide, InputRelayed, RelayToClient, read_state, relay_state
+from hatchway.api.mcp_endpoints.results import call_step, redact_result, relayed_error, tool_error
 from hatchway.config.plugin import McpServerConfig, PluginConfig
 from hatchway.config.settings import McpEndpointConfig
 from hatchway.engine.context import Principal, RunContext
@@ -108,8 +112,9 @@ class Endpoint:
         # What a client may cache of a listing depends on who asks (per-user servers, allowlists):
         # private, and stale at once (the gateway's own listings are cached upstream of it).
         hints = {method: CacheHint(ttl_ms=0, scope="private") for method in CACHEABLE_METHODS}
+        redacted = {name: _redacting(handler) for name, handler in handlers.items()}
         self.server = _EndpointServer(
-            f"hatchway-{config.name}", version="0.1.0", cache_hints=hints, **handlers
+            f"hatchway-{config.name}", version="0.1.0", cache_hints=hints, **redacted
         )
         # The endpoint's own requestState (a confirmation, a relayed round) is sealed under a key
         # derived from the master key (every replica has it), bound to the caller and this endpoint.
@@ -117,9 +122,8 @@ class Endpoint:
         self.server.middleware.append(
             RequestStateBoundary(security, default_audience=f"hatchway:{config.name}")
         )
-        self._listeners: OrderedDict[str, Any] = OrderedDict()
-        """2025-11-25 sessions that listed tools, by session id (their ``ServerSession``)."""
-        self._announcing: set[asyncio.Task[None]] = set()
+        self.listeners = ListChangeListeners(max_sessions=MAX_SESSIONS, idle_seconds=SESSION_IDLE_SECONDS)
+        """2025-11-25 sessions told when an upstream's tools change."""
         gateway.mcp_pool.tools_changed.append(self.upstream_tools_changed)
         self.sessions = StreamableHTTPSessionManager(
             app=self.server,
@@ -136,26 +140,12 @@ class Endpoint:
         session_id = request.headers.get("mcp-session-id") if request is not None else None
         if session_id is None or request_ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return  # 2026-07-28 listings say ttlMs 0: a client lists again when it needs to
-        self._listeners[session_id] = request_ctx.session
-        self._listeners.move_to_end(session_id)
-        while len(self._listeners) > MAX_SESSIONS:
-            self._listeners.popitem(last=False)
+        self.listeners.remember(session_id, request_ctx.session)
 
     async def upstream_tools_changed(self, server: McpServerConfig) -> None:
         """A server of this endpoint's plugin changed its tools: tell the sessions listening."""
-        if not any(s.id == server.id and s.url == server.url for s in self.plugin.mcp_servers):
-            return
-        task = asyncio.create_task(self._announce(list(self._listeners.items())))
-        self._announcing.add(task)
-        task.add_done_callback(self._announcing.discard)
-
-    async def _announce(self, listeners: list[tuple[str, Any]]) -> None:
-        for session_id, session in listeners:
-            try:
-                async with asyncio.timeout(5):
-                    await session.send_tool_list_changed()
-            except Exception:  # the session is gone: forget it
-                self._listeners.pop(session_id, None)
+        if any(s.id == server.id and s.url == server.url for s in self.plugin.mcp_servers):
+            self.listeners.changed()
 
     def allows_org(self, principal: Principal) -> bool:
         allowed = self.config.organisations
@@ -200,6 +190,7 @@ class Endpoint:
             known_secrets=self.gateway.models.secrets,
         )
         ctx.session_key = None  # an operation here is decided by id, never by a conversation's reply
+        _CALL.set(ctx)  # what ``_redacting`` redacts the handler's result with
         # This handler's requests upstream declare the client's capabilities, not the gateway's:
         # the upstream then asks only for input this client can give (``relay.py``).
         capabilities = request_ctx.session.client_capabilities
@@ -209,10 +200,17 @@ class Endpoint:
         return ctx
 
     async def listed_tools(self, ctx: RunContext) -> list[types.Tool]:
-        """The tools this endpoint serves to ``ctx``'s caller, as ``tools/list`` gives them."""
+        """The tools this endpoint serves to ``ctx``'s caller, as ``tools/list`` gives them (its
+        servers' credentials known to ``ctx``, so a description echoing one is redacted)."""
+        await self._learn_secrets(ctx)
         if self.operations is not None:
             return [t for t in self.operations.tools() if self.exposes(t.name)]
         return [tool.model_copy(update={"name": name}) for name, _server, tool in await self._catalog(ctx)]
+
+    async def _learn_secrets(self, ctx: RunContext) -> None:
+        client = self._client()
+        for server in self.plugin.mcp_servers:
+            await client.learn_secrets(server, ctx)
 
     # -- tools -------------------------------------------------------------------------------------
 
@@ -259,7 +257,8 @@ class Endpoint:
                     result = tool_error(message, code="internal_error")
                 is_error = isinstance(result, types.CallToolResult) and bool(result.is_error)
                 describe(ToolResult(output="", is_error=is_error, meta=dict(meta)))
-            step = _step(params, result, meta, ctx, (time.monotonic() - started) * 1000)
+            result = redact_result(result, ctx) if isinstance(result, BaseModel) else result
+            step = call_step(params, result, meta, ctx, (time.monotonic() - started) * 1000)
             scope.end(200, RunResult(steps=[step], tool_calls=1))
         if failure is not None:
             raise failure
@@ -308,7 +307,11 @@ class Endpoint:
             meta.update(outcome="ok", cached=True)
             return types.CallToolResult.model_validate(hit)
         relay = self._client(RelayToClient(client))
-        progress = client.session.report_progress  # the upstream's progress, on the client's token
+
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            # The upstream's progress, on the client's token, its message redacted like the result.
+            await client.session.report_progress(done, total, ctx.redact(message) if message else message)
+
         outcome = await relay.call(server, tool, arguments, ctx, progress=progress, **resume)
         meta["retries"] = outcome.retries
         if isinstance(outcome.error, InputRelayed):
@@ -329,10 +332,11 @@ class Endpoint:
         structured = result.structured if isinstance(result.structured, dict) else None
         content = result.content or [types.TextContent(text=result.text)]
         relayed = types.CallToolResult(
-            content=[redact_block(block, ctx) for block in content],
-            structured_content=ctx.redact_value(structured) if structured is not None else None,
+            content=content,
+            structured_content=structured,
             is_error=result.is_error,
         )
+        relayed = redact_result(relayed, ctx)
         if cache_key is not None and not result.is_error:  # what the client saw: already redacted
             ttl = self.plugin.agent.tool_cache_ttl_seconds
             await self.gateway.cache.set(cache_key, relayed.model_dump(mode="json", by_alias=True), ttl)
@@ -365,6 +369,7 @@ class Endpoint:
     ) -> tuple[list[tuple[McpServerConfig, Any]], RunContext]:
         """Every entry of a paginated listing, from every server of the plugin (a failing one skipped)."""
         ctx = self._context(request_ctx)
+        await self._learn_secrets(ctx)
         client = self._client()
         found: list[tuple[McpServerConfig, Any]] = []
         for server in self.plugin.mcp_servers:
@@ -411,10 +416,7 @@ class Endpoint:
                 allow_input_required=True,
             )
 
-        result = await self._relayed(server, ctx, read, uri)
-        if isinstance(result, types.ReadResourceResult):
-            return result.model_copy(update={"contents": [redact_contents(c, ctx) for c in result.contents]})
-        return result
+        return await self._relayed(server, ctx, read, uri)
 
     async def _resource_server(self, request_ctx: Any, uri: str) -> McpServerConfig:
         servers = self.plugin.mcp_servers
@@ -431,9 +433,15 @@ class Endpoint:
             lambda c, cur: c.session.list_resource_templates(params=_page(cur)),
             "resource_templates",
         )
-        for server, template in templates:
-            if uri.startswith(template.uri_template.split("{", 1)[0]):
-                return server
+        # The template that matches, the most specific first (the longest literal part): a
+        # catch-all template of one server never takes what another's own template names.
+        matching = [
+            (literal_chars(t.uri_template), server)
+            for server, t in templates
+            if template_matches(t.uri_template, uri)
+        ]
+        if matching:
+            return max(matching, key=lambda entry: entry[0])[1]
         raise MCPError(code=RESOURCE_NOT_FOUND, message="Resource not found", data={"uri": uri})
 
     async def _list_prompts(self, request_ctx: Any, params: Any) -> types.ListPromptsResult:
@@ -471,11 +479,6 @@ class Endpoint:
             )
 
         result = await self._relayed(server, ctx, get, prompt)
-        if isinstance(result, types.GetPromptResult):
-            messages = [
-                m.model_copy(update={"content": redact_block(m.content, ctx)}) for m in result.messages
-            ]
-            return result.model_copy(update={"messages": messages})
         return result
 
     async def _complete(self, request_ctx: Any, params: types.CompleteRequestParams) -> types.CompleteResult:
@@ -522,6 +525,21 @@ class Endpoint:
             raise MCPError(code=types.INTERNAL_ERROR, message=ctx.redact(exc.message)) from None
 
 
+_CALL: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar("hatchway_mcp_call", default=None)
+"""The context of the request a handler is answering (set by ``Endpoint._context``)."""
+
+
+def _redacting(handler: Callable[[Any, Any], Awaitable[Any]]) -> Callable[[Any, Any], Awaitable[Any]]:
+    """A handler whose result is redacted whole with its request's secrets (``results.py``)."""
+
+    async def handle(request_ctx: Any, params: Any) -> Any:
+        result = await handler(request_ctx, params)
+        ctx = _CALL.get()
+        return redact_result(result, ctx) if ctx is not None and isinstance(result, BaseModel) else result
+
+    return handle
+
+
 class _EndpointServer(Server):  # type: ignore[type-arg]
     """The SDK's server, declaring ``tools.listChanged`` to 2025-11-25 clients: the endpoint tells
     them when an upstream's tools change (the SDK declares it only when asked to)."""
@@ -531,9 +549,24 @@ class _EndpointServer(Server):  # type: ignore[type-arg]
         return super().create_initialization_options(options, **kwargs)
 
 
-def relayed_error(rpc: Any, ctx: RunContext) -> MCPError:
-    """An upstream's JSON-RPC error as the endpoint's own, redacted."""
-    return MCPError(code=rpc.code, message=ctx.redact(rpc.message), data=ctx.redact_value(rpc.data))
+_EXPRESSION = re.compile(r"\{([+#./;?&]?)[^}]*\}")
+
+
+def template_matches(template: str, uri: str) -> bool:
+    """Whether ``uri`` is one of the URIs an RFC 6570 ``template`` describes: a simple expression
+    (``{id}``) stands for one path segment, a reserved or path one (``{+path}``, ``{/path}``…) for
+    anything."""
+    pattern, at = [], 0
+    for match in _EXPRESSION.finditer(template):
+        pattern.append(re.escape(template[at : match.start()]))
+        pattern.append("[^/?#]+" if match.group(1) == "" else ".*")
+        at = match.end()
+    pattern.append(re.escape(template[at:]))
+    return re.fullmatch("".join(pattern), uri) is not None
+
+
+def literal_chars(template: str) -> int:
+    return len(_EXPRESSION.sub("", template))
 
 
 def _caller_of(request_ctx: Any) -> str | None:
@@ -548,53 +581,3 @@ def _caller_of(request_ctx: Any) -> str | None:
 
 def _page(cursor: str | None) -> types.PaginatedRequestParams | None:
     return types.PaginatedRequestParams(cursor=cursor) if cursor else None
-
-
-def redact_block(block: Any, ctx: RunContext) -> Any:
-    """A content block with every secret the call used taken out of its text."""
-    if isinstance(block, types.TextContent):
-        return block.model_copy(update={"text": ctx.redact(block.text)})
-    if isinstance(block, types.EmbeddedResource):
-        return block.model_copy(update={"resource": redact_contents(block.resource, ctx)})
-    return block
-
-
-def redact_contents(contents: Any, ctx: RunContext) -> Any:
-    if isinstance(contents, types.TextResourceContents):
-        return contents.model_copy(update={"text": ctx.redact(contents.text)})
-    return contents
-
-
-def tool_error(message: str, *, code: str | None = None) -> types.CallToolResult:
-    body = orjson.dumps({"error": {"code": code or "tool_error", "message": message}}).decode()
-    return types.CallToolResult(content=[types.TextContent(text=body)], is_error=True)
-
-
-def _step(
-    params: types.CallToolRequestParams,
-    result: Any,
-    meta: dict[str, Any],
-    ctx: RunContext,
-    duration_ms: float,
-) -> dict[str, Any]:
-    """The call as the run log records a tool step (as the loop does)."""
-    meta = dict(meta)
-    preview = ""
-    if isinstance(result, types.CallToolResult):
-        preview = next((b.text for b in result.content if isinstance(b, types.TextContent)), "")
-    is_error = isinstance(result, types.CallToolResult) and bool(result.is_error)
-    return {
-        "type": "tool_call",
-        "round": 1,
-        "call_id": None,
-        "name": params.name,
-        "server": meta.pop("server", None),
-        "tool": meta.pop("tool", params.name),
-        "arguments": ctx.redact(orjson.dumps(params.arguments or {}).decode()),
-        "duration_ms": round(duration_ms, 3),
-        "outcome": meta.pop("outcome", "error" if is_error else "ok"),
-        "cached": bool(meta.pop("cached", False)),
-        "retries": int(meta.pop("retries", 0)),
-        "result_preview": preview[:500],
-        **{k: v for k, v in meta.items() if k not in ("multi_item",)},
-    }

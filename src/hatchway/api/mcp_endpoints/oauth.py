@@ -29,7 +29,7 @@ import httpx
 import jwt
 
 from hatchway.config.settings import McpEndpointOAuth
-from hatchway.errors import AuthenticationError
+from hatchway.errors import AuthenticationError, ConfigError
 
 JWKS_TTL_SECONDS = 300.0
 JWKS_REFETCH_SECONDS = 30.0
@@ -65,24 +65,35 @@ class ResourceServer:
     ) -> None:
         self.name = name
         self.config = config
-        self.base_url = base_url.rstrip("/") if base_url else None
-        """``public_base_url``; without it (an embedded gateway), the address the request was sent to."""
+        if not base_url and not config.audience:
+            # Never the Host a request names: a token for another local resource would pass.
+            raise ConfigError(
+                "hatchway.yaml",
+                [
+                    (
+                        f"mcp_endpoints[{name}].oauth.audience",
+                        "set public_base_url or oauth.audience: the "
+                        "address this endpoint's tokens must be issued for",
+                    )
+                ],
+            )
+        self.base_url = (base_url or "").rstrip("/")
+        self.resource = config.audience or f"{self.base_url}/mcp/{name}"
+        """The endpoint's URL: the audience its tokens must carry."""
+        self.metadata_url = f"{self.base_url}{METADATA_PREFIX}/mcp/{name}" if self.base_url else None
         self._secret = secret
         """``async (ref) -> str``: the introspection client's secret from the vault."""
         self._http = httpx.AsyncClient(timeout=timeout, follow_redirects=False)
         self._jwks: jwt.PyJWKSet | None = None
         self._jwks_at = 0.0
+        self._jwks_failed = False
         self._jwks_lock = asyncio.Lock()
         self._active: OrderedDict[str, tuple[float, TokenSubject]] = OrderedDict()
 
-    def resource(self, request_base: str) -> str:
-        """The endpoint's URL, the audience its tokens must carry (unless ``audience`` says another)."""
-        return self.config.audience or f"{self.base_url or request_base}/mcp/{self.name}"
-
-    def metadata(self, request_base: str) -> dict[str, Any]:
+    def metadata(self) -> dict[str, Any]:
         """The protected resource metadata document (RFC 9728)."""
         body: dict[str, Any] = {
-            "resource": self.resource(request_base),
+            "resource": self.resource,
             "authorization_servers": [self.config.issuer],
             "bearer_methods_supported": ["header"],
             "resource_name": f"Hatchway MCP endpoint {self.name}",
@@ -91,19 +102,18 @@ class ResourceServer:
             body["scopes_supported"] = list(self.config.scopes)
         return body
 
-    def challenge(self, request_base: str, error: str | None = None) -> str:
+    def challenge(self, error: str | None = None) -> str:
         """The ``WWW-Authenticate`` value of a 401 from this endpoint."""
-        metadata_url = f"{self.base_url or request_base}{METADATA_PREFIX}/mcp/{self.name}"
-        parts = [f'resource_metadata="{metadata_url}"']
+        parts = [f'resource_metadata="{self.metadata_url}"'] if self.metadata_url else ['realm="hatchway"']
         if self.config.scopes:
             parts.append(f'scope="{" ".join(self.config.scopes)}"')
         if error:
             parts.append(f'error="{error}"')
         return "Bearer " + ", ".join(parts)
 
-    async def validate(self, token: str, request_base: str) -> TokenSubject:
+    async def validate(self, token: str) -> TokenSubject:
         """The end user behind ``token``; TokenRejected when it is not valid here."""
-        audience = self.resource(request_base)
+        audience = self.resource
         check = self._verify_jwt if self.config.jwks_url else self._introspect
         found = await check(token, audience)
         missing = [s for s in self.config.scopes if s not in found.scopes]
@@ -149,15 +159,20 @@ class ResourceServer:
 
     async def _key_set(self, *, refresh: bool) -> jwt.PyJWKSet:
         async with self._jwks_lock:
-            fresh = self._jwks is not None and time.monotonic() - self._jwks_at < JWKS_TTL_SECONDS
-            if self._jwks is not None and fresh and not refresh:
+            age = time.monotonic() - self._jwks_at
+            if self._jwks is not None and age < JWKS_TTL_SECONDS and not refresh:
                 return self._jwks
+            if self._jwks is None and self._jwks_failed and age < JWKS_REFETCH_SECONDS:
+                # Unreadable a moment ago: refuse at once rather than ask again for every token.
+                raise TokenRejected("the key set could not be read (retried every 30 s)")
             self._jwks_at = time.monotonic()
             assert self.config.jwks_url is not None
             try:
                 document = await self._get_json("GET", self.config.jwks_url)
                 self._jwks = jwt.PyJWKSet.from_dict(document)
+                self._jwks_failed = False
             except (httpx.HTTPError, ValueError, jwt.PyJWTError) as exc:
+                self._jwks_failed = True
                 if self._jwks is None:
                     raise TokenRejected(f"the key set could not be read ({type(exc).__name__})") from None
             return self._jwks
@@ -224,12 +239,6 @@ class ResourceServer:
         if not isinstance(document, dict):
             raise ValueError("not a JSON object")
         return document
-
-
-def request_base(scope: Any) -> str:
-    """``scheme://host`` the request was sent to (its Host header; the DNS-rebinding checks bound it)."""
-    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-    return f"{scope.get('scheme', 'http')}://{headers.get('host', 'localhost')}"
 
 
 def _find(keys: jwt.PyJWKSet, kid: str) -> jwt.PyJWK | None:

@@ -185,6 +185,14 @@ class PluginMcpClient:
             return RetriedCall(result=None, error=failed.error, retries=failed.retries)
         return RetriedCall(result=result, error=None, retries=retries)
 
+    async def learn_secrets(self, server: McpServerConfig, ctx: RunContext) -> None:
+        """Resolve ``server``'s credentials so ``ctx`` redacts them from what it returns, though no
+        request is made (a listing served from the cache used none)."""
+        try:
+            await self._headers(server, ctx)
+        except ToolError:
+            pass  # nothing resolved, nothing to redact
+
     async def request(
         self, server: McpServerConfig, ctx: RunContext, send: Callable[[Client], Awaitable[T]]
     ) -> T:
