@@ -39,6 +39,7 @@ from hatchway.store.db import Database
 from hatchway.store.logs import LogWriter, RequestLogStore
 from hatchway.store.orgs import OrgStore
 from hatchway.store.spool import RecordSpool, database_key
+from hatchway.store.usage import UsageStore
 from hatchway.tasks import TaskRegistry
 from hatchway.vault import Vault, load_master_key
 
@@ -85,6 +86,8 @@ class Gateway:
         self.cache: Cache = cache or make_cache(settings)
         self.orgs = OrgStore(self.db)
         self.logs = RequestLogStore(self.db)
+        self.usage = UsageStore(self.db)
+        """Sums of the request log: requests, tokens and spend by key, end user, agent, model."""
         metrics = Metrics(
             known_models=[*(m.name for m in settings.models), *(f"agent:{a.name}" for a in settings.agents)],
             providers=[p.id for p in settings.providers],

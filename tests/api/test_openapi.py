@@ -130,6 +130,8 @@ def test_successful_answers_match_the_documented_objects(
     assert check("get", "/v1/models", httpx.get(f"{url}/v1/models", headers=auth))["data"]
     logs = check("get", "/v1/logs", httpx.get(f"{url}/v1/logs", headers=auth))
     check("get", "/v1/logs/{log_id}", httpx.get(f"{url}/v1/logs/{logs['data'][0]['id']}", headers=auth))
+    spend = check("get", "/v1/usage", httpx.get(f"{url}/v1/usage", params={"group_by": "key"}, headers=auth))
+    assert spend["totals"]["requests"] == len(logs["data"]) and spend["data"][0]["key_name"] == "default"
     check("get", "/v1/operations", httpx.get(f"{url}/v1/operations", headers=auth))
     secret = "/v1/secrets/{name}"
     check("put", secret, httpx.put(f"{url}/v1/secrets/s1", json={"value": "v"}, headers=auth), 201)

@@ -23,6 +23,7 @@ from hatchway.api import (
     responses_compact,
     responses_socket,
     secrets,
+    usage,
 )
 from hatchway.api.chat import ChatCompletionsApp
 from hatchway.api.errors import ErrorMiddleware, error_response, install_error_handlers
@@ -121,6 +122,7 @@ def create_app(
         responses,
         responses_socket,
         secrets,
+        usage,
     ):
         app.include_router(module.router)
     app.include_router(mcp_servers.router)

@@ -13,7 +13,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from hatchway.api.auth import bearer_token
-from hatchway.api.context import header_dict
+from hatchway.api.context import budget_header, header_dict
 from hatchway.api.errors import parse_json_body, validate_body
 from hatchway.api.sse import DONE, SSE_HEADERS, data_event
 from hatchway.engine.context import RunContext
@@ -151,6 +151,7 @@ def _run_headers(result: RunResult, run: RunScope) -> dict[str, str]:
     headers.update(dropped_headers_header(run.ctx.run.dropped_headers))
     if result.max_rounds_hit:
         headers["x-hatchway-max-rounds-hit"] = "true"
+    headers.update(budget_header(run.ctx))
     operation_id = result.interruption.data.get("operation_id") if result.interruption else None
     if operation_id:  # the question asked is this operation's (POST /v1/operations/{id}/confirm)
         headers["x-hatchway-operation-id"] = str(operation_id)

@@ -19,3 +19,10 @@ def run_context(connection: HTTPConnection, principal: Principal, deadline_secon
     headers = header_dict(connection.scope["headers"])
     known = connection.app.state.gateway.models.secrets
     return RunContext.from_headers(principal, headers, deadline_seconds=deadline_seconds, known_secrets=known)
+
+
+def budget_header(ctx: RunContext) -> dict[str, str]:
+    """``x-hatchway-budget-exhausted: tokens|cost_usd|tool_calls`` when the run tree's budget
+    (``agent.max_run_*``) was spent and its last round ran without tools; nothing otherwise."""
+    spent = ctx.run.budget_exhausted
+    return {"x-hatchway-budget-exhausted": spent.budget} if spent is not None else {}

@@ -22,6 +22,14 @@ def _utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
+def time_range(since: datetime | None, until: datetime | None) -> tuple[datetime | None, datetime | None]:
+    """``since``/``until`` in UTC, checked: ``until`` after ``since``, or a 400 naming it."""
+    since, until = _utc(since), _utc(until)
+    if since is not None and until is not None and since >= until:
+        raise InvalidRequest("until: must be later than since", param="until")
+    return since, until
+
+
 def log_query(
     *,
     has_tool_calls: bool | None,
@@ -39,9 +47,7 @@ def log_query(
         raise InvalidRequest(
             f"status: must be one of {', '.join(LOG_STATUSES)} (got {status!r})", param="status"
         )
-    since, until = _utc(since), _utc(until)
-    if since is not None and until is not None and since >= until:
-        raise InvalidRequest("until: must be later than since", param="until")
+    since, until = time_range(since, until)
     if after is not None and not after.startswith("log_"):
         raise InvalidRequest("after: must be a request log id (log_…) from a previous page", param="after")
     return LogQuery(
@@ -57,7 +63,7 @@ def log_query(
     )
 
 
-_INSTANT: dict[str, Any] = {"anyOf": [{"type": "string", "format": "date-time"}, {"type": "number"}]}
+INSTANT: dict[str, Any] = {"anyOf": [{"type": "string", "format": "date-time"}, {"type": "number"}]}
 """``since``/``until``: an ISO 8601 instant or Unix seconds (what pydantic parses a datetime from)."""
 
 
@@ -70,8 +76,8 @@ async def list_logs(
     status: Annotated[str | None, Query(json_schema_extra={"enum": list(LOG_STATUSES)})] = None,
     on_behalf_of: Annotated[str | None, Query(max_length=256)] = None,
     route: Annotated[str | None, Query(max_length=256)] = None,
-    since: Annotated[datetime | None, Query(json_schema_extra=_INSTANT)] = None,
-    until: Annotated[datetime | None, Query(json_schema_extra=_INSTANT)] = None,
+    since: Annotated[datetime | None, Query(json_schema_extra=INSTANT)] = None,
+    until: Annotated[datetime | None, Query(json_schema_extra=INSTANT)] = None,
     after: Annotated[str | None, Query(max_length=40, json_schema_extra={"pattern": "^log_"})] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> dict[str, Any]:

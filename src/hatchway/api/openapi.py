@@ -96,6 +96,37 @@ DELETED_SCHEMA: dict[str, Any] = {
     },
 }
 
+_USAGE_SUMS: dict[str, Any] = {
+    "requests": {"type": "integer"},
+    "prompt_tokens": {"type": "integer"},
+    "completion_tokens": {"type": "integer"},
+    "total_tokens": {"type": "integer"},
+    "cost_usd": {"type": "number"},
+    "unpriced_requests": {"type": "integer"},
+}
+USAGE_SCHEMA: dict[str, Any] = {
+    "title": "UsageList",
+    "type": "object",
+    "required": ["object", "group_by", "data", "totals", "has_more"],
+    "properties": {
+        "object": {"const": "list"},
+        "group_by": {"enum": ["key", "user", "agent", "model"]},
+        "since": {"type": ["integer", "null"]},
+        "until": {"type": ["integer", "null"]},
+        "data": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["object", *_USAGE_SUMS],
+                "properties": {"object": {"const": "usage.group"}, **_USAGE_SUMS},
+            },
+        },
+        "totals": {"type": "object", "required": list(_USAGE_SUMS), "properties": _USAGE_SUMS},
+        "has_more": {"type": "boolean"},
+    },
+}
+"""``GET /v1/usage`` (``api/usage.py``): each group is named by its ``group_by`` key (``model``…)."""
+
 OBJECT_SCHEMA: dict[str, Any] = {"title": "Object", "type": "object"}
 """One of the gateway's own objects (a log, an operation, a secret's metadata)."""
 
@@ -131,6 +162,7 @@ def _success_schemas() -> dict[tuple[str, str], tuple[str, type[BaseModel] | dic
         ("get", "/v1/models"): ("200", models, False),
         ("get", "/v1/logs"): ("200", listing, False),
         ("get", "/v1/logs/{log_id}"): ("200", OBJECT_SCHEMA, False),
+        ("get", "/v1/usage"): ("200", USAGE_SCHEMA, False),
         ("get", "/v1/operations"): ("200", listing, False),
         ("get", "/v1/operations/{operation_id}"): ("200", OBJECT_SCHEMA, False),
         ("post", "/v1/operations/{operation_id}/confirm"): ("200", OBJECT_SCHEMA, False),

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response, StreamingResponse
 
 from hatchway.api.auth import authenticate, gateway_of
-from hatchway.api.context import run_context
+from hatchway.api.context import budget_header, run_context
 from hatchway.api.errors import json_error, parse_json_body, validate_body
 from hatchway.api.sse import SSE_HEADERS, typed_event
 from hatchway.engine.context import Principal
@@ -69,7 +69,7 @@ async def create_response(
     created = await gw.responses.create(body, ctx)
     if created.started is None or not body.stream:
         dropped = dropped_headers_header(ctx.run.dropped_headers)
-        return _json(created.response, headers={**(headers or {}), **dropped})
+        return _json(created.response, headers={**(headers or {}), **dropped, **budget_header(ctx)})
     # A foreground stream whose client went away is not worth finishing: stop the upstream work.
     # A background one goes on; its client may follow it again.
     if body.background:

@@ -57,7 +57,7 @@ def settings_from(config: Path) -> Settings:
     try:
         return load_settings(config)
     except ConfigError as exc:
-        err_console.print(f"[bold red]error:[/] {exc.render()}", highlight=False)
+        err_console.print(f"[bold red]error:[/] {exc.render()}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
 

@@ -25,7 +25,8 @@ from hatchway.store.logs import LOG_STATUSES, LogQuery, RequestLogStore, log_to_
 from hatchway.store.orgs import OrgStore
 
 
-def _time(option: str, value: str | None) -> datetime | None:
+def parse_time(option: str, value: str | None) -> datetime | None:
+    """An option's ISO 8601 time (UTC when it has no offset), or exit naming the option."""
     if value is None:
         return None
     try:
@@ -79,8 +80,8 @@ def logs(
         model=model,
         status=status,
         on_behalf_of=on_behalf_of,
-        since=_time("--since", since),
-        until=_time("--until", until),
+        since=parse_time("--since", since),
+        until=parse_time("--until", until),
         limit=limit,
     )
     records = run_async(lambda: _read(config, org, query))

@@ -328,6 +328,14 @@ class PluginAgentConfig(_PluginModel):
     """Cache tool results per (organisation, server, tool, arguments) for this long; 0 = off."""
     prompt_guard_on_tool_output: bool = False
     """Accepted for compatibility; currently a no-op (as in the seed)."""
+    max_run_tokens: Annotated[int | None, Field(ge=1)] = None
+    """A budget of model tokens (input + output) for the whole run tree — this run's rounds and every
+    subagent's: when the next round would pass it, the model gets one last round with no tools and is
+    told to answer with what it has (docs/limits.md, "Run budgets"). None: no budget."""
+    max_run_cost_usd: Annotated[float | None, Field(gt=0)] = None
+    """The same, in USD, priced as the run record prices each model call."""
+    max_run_tool_calls: Annotated[int | None, Field(ge=1)] = None
+    """The same, in gateway tool calls over the tree (subagents' included)."""
     allow_sampling: bool = False
     """Let this plugin's MCP servers ask the gateway's model (an MCP sampling request): answered with
     the run's model, at most ``max_sampling_tokens`` tokens, inside the run's deadline, and counted in

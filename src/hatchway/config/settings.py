@@ -36,6 +36,11 @@ class ProviderConfig(StrictModel):
     """Size of the connection pool to this upstream."""
     headers: dict[str, str] = Field(default_factory=dict)
     """Extra headers sent with every request to this upstream."""
+    price_provider: Annotated[str | None, Field(min_length=1, max_length=64)] = None
+    """The genai-prices provider whose prices apply to this upstream's models (``openai``,
+    ``anthropic``, ``groq``…; ``none``: only ``models[].price`` prices them). Default: the one whose
+    API URL ``base_url`` is, else the vendor a model's name belongs to (``gpt-…``: openai);
+    docs/limits.md, "Spend"."""
 
     @field_validator("base_url")
     @classmethod
@@ -54,6 +59,17 @@ class ProviderConfig(StrictModel):
         return value
 
 
+class ModelPrice(StrictModel):
+    """What a model costs in USD per million tokens: a self-hosted model, or a negotiated rate."""
+
+    input_per_mtok: Annotated[float, Field(ge=0)]
+    """Prompt tokens (but those read from the upstream's cache when ``cached_input_per_mtok`` is set)."""
+    output_per_mtok: Annotated[float, Field(ge=0)]
+    """Completion tokens, reasoning tokens included."""
+    cached_input_per_mtok: Annotated[float | None, Field(ge=0)] = None
+    """Prompt tokens the upstream read from its prompt cache; ``input_per_mtok`` when omitted."""
+
+
 class ModelConfig(StrictModel):
     """A public model name and the provider model it maps to."""
 
@@ -63,6 +79,10 @@ class ModelConfig(StrictModel):
     """A ``providers[].id``."""
     upstream_model: str | None = None
     """The provider's own model name; ``name`` when omitted."""
+    price: ModelPrice | None = None
+    """Its price, over genai-prices' (which prices only the models it knows): every call to this
+    provider's ``upstream_model`` costs this, whatever public name it was asked by. Without either,
+    a call's cost is unknown (null in the run log)."""
 
     @property
     def target(self) -> str:
@@ -123,6 +143,13 @@ class AgentConfig(StrictModel):
     """tool_policies.yaml: confirmation, required arguments and pre-validation of those tools."""
     subagents: SubagentSettings = Field(default_factory=SubagentSettings)
     """Delegation to child responses with the hosted ``spawn_subagent``."""
+    max_run_tokens: Annotated[int | None, Field(ge=1)] = None
+    """A token budget for this agent's whole run tree, as the plugin's ``agent.max_run_tokens`` (the
+    lower of the two holds); docs/limits.md, "Run budgets"."""
+    max_run_cost_usd: Annotated[float | None, Field(gt=0)] = None
+    """The same in USD (``agent.max_run_cost_usd``)."""
+    max_run_tool_calls: Annotated[int | None, Field(ge=1)] = None
+    """The same in gateway tool calls (``agent.max_run_tool_calls``)."""
 
     @model_validator(mode="after")
     def _tool_files(self) -> AgentConfig:
@@ -427,10 +454,19 @@ class Settings(StrictModel):
             if pid in seen:
                 raise ValueError(f"providers[{i}].id: duplicate provider id {pid!r}")
             seen.add(pid)
+        prices: dict[tuple[str, str], int] = {}
         for i, model in enumerate(self.models):
             if model.provider not in seen:
                 raise ValueError(
                     f"models[{i}].provider: unknown provider {model.provider!r} (known: {', '.join(ids)})"
+                )
+            if model.price is None:
+                continue
+            first = prices.setdefault((model.provider, model.target), i)
+            if self.models[first].price != model.price:
+                raise ValueError(
+                    f"models[{i}].price: models[{first}] prices the same upstream model "
+                    f"({model.provider}/{model.target}) differently; give them one price"
                 )
         names = [a.name for a in self.agents]
         if len(names) != len(set(names)):

@@ -124,6 +124,9 @@ MEANINGS: dict[str, str] = {
     "oauth_unavailable": "Per-user OAuth is not configured where this call ran.",
     "input_not_yours": "A tool's open question can only be answered by the end user it was asked of "
     "(the conversation's `X-On-Behalf-Of`); it stays open.",
+    "run_budget_exhausted": "The run tree's budget (`max_run_tokens`, `max_run_cost_usd`, "
+    "`max_run_tool_calls`) is spent: the tool call or subagent was not started, and the run's next "
+    "round has no tools (docs/limits.md).",
     "operation_not_found": "An MCP endpoint was asked to decide an operation that is not one of its "
     "agent's in this organisation.",
     "input_relayed": "Internal to an MCP endpoint: the upstream's request for input, handed to the "

@@ -60,6 +60,42 @@ class Delegation:
 
 
 @dataclass(eq=False)
+class RunBudget:
+    """What a whole run tree may spend (``agent.max_run_*``): one per tree, on its root's state,
+    set by the first agent of the tree that has one and only lowered by agents deeper in it."""
+
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+    max_tool_calls: int | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.max_tokens is None and self.max_cost_usd is None and self.max_tool_calls is None
+
+    def narrow(self, other: RunBudget) -> None:
+        self.max_tokens = _lower(self.max_tokens, other.max_tokens)
+        self.max_cost_usd = _lower(self.max_cost_usd, other.max_cost_usd)
+        self.max_tool_calls = _lower(self.max_tool_calls, other.max_tool_calls)
+
+
+def _lower(a: Any, b: Any) -> Any:
+    return b if a is None else a if b is None else min(a, b)
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetSpent:
+    """Which budget of the tree is spent (or would be by the next round), for the run log."""
+
+    budget: str
+    """``tokens``, ``cost_usd`` or ``tool_calls``."""
+    used: float
+    limit: float
+
+    def to_step(self) -> dict[str, Any]:
+        return {"type": "budget_exhausted", "budget": self.budget, "used": self.used, "limit": self.limit}
+
+
+@dataclass(eq=False)
 class RunState:
     """Run-wide state: what the loop counted and toolsets reported, for the run log and limits.
 
@@ -80,6 +116,12 @@ class RunState:
     children: list[RunState] = field(default_factory=list)
     delegation: Delegation | None = None
     """On the root's state only: what the tree may still delegate (``delegation_budget``)."""
+    cost_usd: float = 0.0
+    """What this run's model calls cost, where their price is known."""
+    budget: RunBudget | None = None
+    """On the root's state only: what the tree may spend (``run_budget``)."""
+    budget_exhausted: BudgetSpent | None = None
+    """Set when this run's last round ran without tools because the tree's budget was spent."""
 
     def child(self) -> RunState:
         state = RunState(parent=self)
@@ -101,6 +143,46 @@ class RunState:
         else:
             root.delegation.narrow(max_depth, max_children)
         return root.delegation
+
+    def run_budget(self, limits: RunBudget | None) -> RunBudget | None:
+        """The tree's budget, no looser than ``limits`` (None: this agent sets none)."""
+        root = self.root
+        if limits is not None and not limits.empty:
+            if root.budget is None:
+                root.budget = RunBudget(limits.max_tokens, limits.max_cost_usd, limits.max_tool_calls)
+            else:
+                root.budget.narrow(limits)
+        return root.budget
+
+    def budget_spent(self, *, next_tokens: int = 0, next_cost: float = 0.0) -> BudgetSpent | None:
+        """The tree's budget that is spent, or that a next round costing this much would pass."""
+        root = self.root
+        budget = root.budget
+        if budget is None:
+            return None
+        if budget.max_tokens is not None:
+            used = root.tree_usage().total_tokens
+            if used + next_tokens >= budget.max_tokens:
+                return BudgetSpent("tokens", used, budget.max_tokens)
+        if budget.max_cost_usd is not None:
+            spent = root.tree_cost()
+            if spent + next_cost >= budget.max_cost_usd:
+                return BudgetSpent("cost_usd", round(spent, 6), budget.max_cost_usd)
+        if budget.max_tool_calls is not None:
+            calls = root.tree_tool_calls()
+            if calls >= budget.max_tool_calls:
+                return BudgetSpent("tool_calls", calls, budget.max_tool_calls)
+        return None
+
+    def tool_calls_left(self) -> int | None:
+        """Gateway tool calls the tree's budget still allows (None: no such budget)."""
+        root = self.root
+        if root.budget is None or root.budget.max_tool_calls is None:
+            return None
+        return max(root.budget.max_tool_calls - root.tree_tool_calls(), 0)
+
+    def tree_cost(self) -> float:
+        return sum(state.cost_usd for state in self._tree())
 
     def tree_usage(self) -> Usage:
         total = Usage()

@@ -52,10 +52,20 @@ class Usage:
     cache_write_tokens: int = 0
     """Prompt tokens the upstream wrote to its prompt cache (``prompt_tokens_details``)."""
     reasoning_tokens: int = 0
+    cost_usd: float = 0.0
+    """What the calls cost in USD by the price table (``engine/pricing.py``), summed over the calls
+    whose price is known."""
+    unpriced_calls: int = 0
+    """Model calls whose price is unknown: their tokens count above, their cost nowhere."""
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def cost(self) -> float | None:
+        """The cost in USD, or None when a call's price is unknown (never a guess)."""
+        return None if self.unpriced_calls else round(self.cost_usd, 10)
 
     def add(self, other: Usage) -> None:
         self.prompt_tokens += other.prompt_tokens
@@ -63,6 +73,8 @@ class Usage:
         self.cached_tokens += other.cached_tokens
         self.cache_write_tokens += other.cache_write_tokens
         self.reasoning_tokens += other.reasoning_tokens
+        self.cost_usd += other.cost_usd
+        self.unpriced_calls += other.unpriced_calls
 
     def to_chat(self) -> dict[str, Any]:
         usage: dict[str, Any] = {

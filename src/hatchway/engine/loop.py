@@ -7,12 +7,13 @@ it); ``AgentLoop.run()`` drains it and returns the ``RunResult``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hatchway.engine.context import RunContext
+from hatchway.engine.context import BudgetSpent, RunBudget, RunContext
 from hatchway.engine.items import FunctionCall, FunctionCallOutput, Item, Message, ToolSpec, Usage
 from hatchway.engine.providers.base import (
     ModelRequest,
@@ -37,6 +38,11 @@ from hatchway.engine.tools.payloads import fit_output
 from hatchway.engine.tools.router import ToolRouter
 
 DEFAULT_MAX_ROUNDS = 10
+BUDGET_NOTE = (
+    "The budget of this run is spent: no more tools can be called. Answer the user now with what you "
+    "have so far, and say briefly if the answer is incomplete."
+)
+"""What the model is told in the last round of a run whose budget is spent (``agent.max_run_*``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +55,11 @@ class LoopSettings:
     max_tool_calls_per_run: int = 128
     """The gateway's caps (hatchway.yaml): a model cannot make it run more than these."""
     max_tool_result_chars: int = 20_000
+    budget: RunBudget | None = None
+    """The agent's budget for the whole run tree (``agent.max_run_*``); the tree's is the lowest."""
+    price: Callable[[str, Usage], float | None] | None = None
+    """A model call's cost in USD (upstream model, usage); None when unknown (the cost budget then
+    counts only what is priced)."""
     stream_tool_round_text: bool = False
     """Stream the text of every round as it comes, even of rounds that end in gateway tool calls
     (the Responses API, whose output keeps those messages). False is ``stream_mode: final_only``:
@@ -72,6 +83,8 @@ class RunResult:
     interruption: Interruption | None = None
     steps: list[dict[str, Any]] = field(default_factory=list)
     last_response: ModelResponse | None = None
+    budget_exhausted: BudgetSpent | None = None
+    """The run tree's budget was spent: its last round ran without tools (the run log's flag)."""
 
     @property
     def has_tool_calls(self) -> bool:
@@ -153,6 +166,10 @@ class _Transcript:
     rounds: list[_RoundText] = field(default_factory=list)
     tool_calls: int = 0
     last_response: ModelResponse | None = None
+    last_call: tuple[int, float] = (0, 0.0)
+    """Tokens and cost of the latest model call: what the next round is expected to cost at least."""
+    budget_spent: BudgetSpent | None = None
+    """Set when the tree's budget was spent and the last round ran without tools."""
 
     def append(self, *items: Item) -> None:
         self.conversation.extend(items)
@@ -200,6 +217,7 @@ class AgentLoop:
         """The run as events; the last one is always ``RunFinished``. Each round ends in the step that
         says what comes next; the run ends at the first that is not ``NextStepRunAgain``."""
         run = _Transcript(conversation=list(items))
+        ctx.run.run_budget(self.settings.budget)
         specs = await self.router.prepare(ctx)
         step: NextStep = await self._preamble(run, ctx)
         while isinstance(step, NextStepRunAgain):
@@ -235,8 +253,19 @@ class AgentLoop:
         """One model call and the gateway's tool calls it asked for; the last thing yielded is the
         round's next step."""
         number = len(run.rounds) + 1
+        if number > 1 and run.budget_spent is None:
+            tokens, cost = run.last_call
+            run.budget_spent = ctx.run.budget_spent(next_tokens=tokens, next_cost=cost)
+            if run.budget_spent is not None:
+                run.steps.append(run.budget_spent.to_step())
+                ctx.run.budget_exhausted = run.budget_spent
         yield RoundStarted(number)
         request = self._request(run, specs)
+        if run.budget_spent is not None:  # the last round: no tools, and the model is told why
+            note = Message(role="system", content=BUDGET_NOTE)
+            request = dataclasses.replace(
+                request, items=[*run.conversation, note], tools=[], tool_choice=None
+            )
         text = _RoundText(number, hold=stream and self._holds_text(request))
         run.rounds.append(text)
         started = time.monotonic()
@@ -249,6 +278,8 @@ class AgentLoop:
             return
         response = text.response
         assert response is not None
+        if run.budget_spent is not None and response.tool_calls:  # asked for tools it was not given
+            response.tool_calls = []
         self._record_response(run, response, started, ctx)
         step = self._decide(response)
         if isinstance(step, NextStepFinalOutput):
@@ -321,6 +352,9 @@ class AgentLoop:
         run.steps.append(_model_step(len(run.rounds), started, response, "ok"))
         run.usage.add(response.usage)
         ctx.run.usage.add(response.usage)
+        cost = self.settings.price(self.model.upstream_model, response.usage) if self.settings.price else None
+        ctx.run.cost_usd += cost or 0.0
+        run.last_call = (response.usage.total_tokens, cost or 0.0)
         run.last_response = response
         text = [Message(role="assistant", content=response.text)] if response.text else []
         run.append(*text, *response.tool_calls)
@@ -353,7 +387,7 @@ class AgentLoop:
         """Run a round's gateway calls (those over the caps are refused); the last thing
         yielded says how they ended: the deadline passed, a call needs the user, or all answered."""
         number = len(run.rounds)
-        allowed, refused = self._within_budget(calls, run)
+        allowed, refused = self._within_budget(calls, run, ctx)
         started = {call.call_id for call in allowed}
         # Counted as they start, not as they end: a subagent that fails while or after running a
         # tool is then known to have run one, and is not run again (``subagents/toolset.py``).
@@ -404,7 +438,7 @@ class AgentLoop:
         return per_run, f"This run reached the gateway's limit of {per_run} tool calls; not run."
 
     def _within_budget(
-        self, calls: list[FunctionCall], run: _Transcript
+        self, calls: list[FunctionCall], run: _Transcript, ctx: RunContext
     ) -> tuple[list[FunctionCall], list[tuple[FunctionCall, ToolResult]]]:
         """The calls that run, and the refused ones with their structured error: past the round's
         cap (``too_many_tool_calls``), then past the run's (``max_tool_calls_reached``)."""
@@ -421,9 +455,14 @@ class AgentLoop:
             for call in calls[per_round:]
         ]
         cap, message = self._run_cap()
+        code = "max_tool_calls_reached"
         room = max(cap - run.tool_calls, 0)
+        tree_room = ctx.run.tool_calls_left()
+        if tree_room is not None and tree_room < room:
+            room, code = tree_room, "run_budget_exhausted"
+            message = "This run tree's budget of tool calls (agent.max_run_tool_calls) is spent; not run."
         in_round = calls[:per_round]
-        over_run = [(call, ToolResult.error("max_tool_calls_reached", message)) for call in in_round[room:]]
+        over_run = [(call, ToolResult.error(code, message)) for call in in_round[room:]]
         return list(in_round[:room]), [*over_run, *over_round]
 
     async def _gather(
@@ -467,6 +506,7 @@ class AgentLoop:
             tool_calls=run.tool_calls,
             steps=run.steps,
             last_response=run.last_response,
+            budget_exhausted=run.budget_spent,
         )
         if isinstance(step, NextStepFinalOutput):
             result.text, result.finish_reason = step.response.text, step.response.finish_reason
@@ -516,6 +556,9 @@ def _model_step(
             prompt_tokens=response.usage.prompt_tokens,
             completion_tokens=response.usage.completion_tokens,
             tool_calls=[c.name for c in response.tool_calls],
+            upstream_model=response.model or None,
+            cost_usd=response.usage.cost,
+            priced_as=response.priced_as,
         )
     return step
 

@@ -22,13 +22,14 @@ from typing import Any
 
 from hatchway.config.plugin import StreamMode
 from hatchway.config.settings import AgentConfig, Settings
-from hatchway.engine.context import RunContext
+from hatchway.engine.context import RunBudget, RunContext
 from hatchway.engine.items import Item, Message, ToolSpec
 from hatchway.engine.loop import AgentLoop, LoopSettings
+from hatchway.engine.pricing import call_cost
 from hatchway.engine.providers.routing import ModelRouter, ResolvedModel
 from hatchway.engine.run import RunScope
 from hatchway.engine.tools.base import Toolset
-from hatchway.engine.tools.mcp.binding import PluginBinding
+from hatchway.engine.tools.mcp.binding import PluginBinding, PluginPart
 from hatchway.engine.tools.mcp.calls import McpToolCaller
 from hatchway.engine.tools.operations.binding import OperationBinding
 from hatchway.engine.tools.router import ToolRouter
@@ -157,11 +158,13 @@ class Planner:
             max_tool_calls_per_round=self.max_tool_calls_per_round,
             max_tool_calls_per_run=self.max_tool_calls_per_run,
             stream_tool_round_text=request.stream_tool_round_text,
+            price=call_cost,  # what the provider priced the call at (engine/pricing.py)
         )
         if plugin is not None:
             loop = dataclasses.replace(
                 loop, max_rounds=plugin.max_rounds, tool_call_parallel=plugin.tool_call_parallel
             )
+        loop = dataclasses.replace(loop, budget=run_budget(target.agent, plugin))
         source = plugin.source if plugin is not None else None
         agent = target.agent.name if target.agent is not None else None
         instruments = scope.begin(name=agent or target.public_model, agent=agent, plugin_source=source)
@@ -182,3 +185,14 @@ class Planner:
                 code="agent_not_configured",
             )
         return await self.plugins.agent_caller(agent, ctx)
+
+
+def run_budget(agent: AgentConfig | None, plugin: PluginPart | None) -> RunBudget | None:
+    """The run tree's budget this run sets: the agent's ``max_run_*`` and its plugin's, the lower
+    of each."""
+    budget = RunBudget()
+    if agent is not None:
+        budget.narrow(RunBudget(agent.max_run_tokens, agent.max_run_cost_usd, agent.max_run_tool_calls))
+    if plugin is not None and plugin.budget is not None:
+        budget.narrow(plugin.budget)
+    return None if budget.empty else budget

@@ -188,6 +188,7 @@ class RunScope:
             prompt_tokens=usage.prompt_tokens if usage else 0,
             completion_tokens=usage.completion_tokens if usage else 0,
             total_tokens=usage.total_tokens if usage else 0,
+            cost_usd=usage.cost if usage else 0.0,
             rounds=result.rounds if result is not None else 0,
             max_rounds_hit=result.max_rounds_hit if result is not None else False,
             has_tool_calls=result.has_tool_calls if result is not None else False,

@@ -96,6 +96,18 @@ class Metrics:
             registry=r,
         )
         self.tokens = Counter("hatchway_tokens", "Tokens, summed over rounds.", ["model", "type"], registry=r)
+        self.cost = Counter(
+            "hatchway_cost_usd",
+            "What model calls cost in USD by the price table (calls of unknown price count nothing).",
+            ["model"],
+            registry=r,
+        )
+        self.unpriced_runs = Counter(
+            "hatchway_unpriced_runs",
+            "Runs with a model call of unknown price (no genai-prices match, no models[].price).",
+            ["model"],
+            registry=r,
+        )
         self.tool_calls = Counter(
             "hatchway_tool_calls", "Tool calls run by the gateway.", ["server", "tool", "outcome"], registry=r
         )
@@ -151,7 +163,7 @@ class Metrics:
         children[1].observe(seconds)
 
     def observe_record(self, record: Record) -> None:
-        """One run's record: counts, latency, rounds, tokens and its tool calls."""
+        """One run's record: counts, latency, rounds, tokens, cost and its tool calls."""
         model = self._model_label(record.model)
         route = record.route
         child = self._child
@@ -163,6 +175,10 @@ class Metrics:
             child(self.tokens, model, "input").inc(record.prompt_tokens)
         if record.completion_tokens:
             child(self.tokens, model, "output").inc(record.completion_tokens)
+        if record.cost_usd:
+            child(self.cost, model).inc(record.cost_usd)
+        elif record.cost_usd is None:
+            child(self.unpriced_runs, model).inc()
         inline = record.plugin_source == INLINE
         for step in record.steps or ():
             if step.get("type") != "tool_call":

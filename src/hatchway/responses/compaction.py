@@ -72,6 +72,7 @@ async def compact(
                 "outcome": "ok",
                 "prompt_tokens": compaction.usage.prompt_tokens,
                 "completion_tokens": compaction.usage.completion_tokens,
+                "cost_usd": compaction.usage.cost,
             }
         )
     sealed = await vault.seal_blob(org_id, sealed_payload(summary), purpose=COMPACTION_PURPOSE)

@@ -62,6 +62,8 @@ class LogRecord:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    cost_usd: float | None = 0.0
+    """What the run's model calls cost in USD; None when one's price is unknown."""
     rounds: int = 0
     max_rounds_hit: bool = False
     has_tool_calls: bool = False
@@ -274,6 +276,7 @@ def log_to_dict(row: RequestLog) -> dict[str, Any]:
             "completion_tokens": row.completion_tokens,
             "total_tokens": row.total_tokens,
         },
+        "cost_usd": row.cost_usd,
         "rounds": row.rounds,
         "max_rounds_hit": row.max_rounds_hit,
         "has_tool_calls": row.has_tool_calls,

@@ -65,6 +65,7 @@ class RequestLog(Base):
     __table_args__ = (
         Index("ix_request_logs_org_id_id", "org_id", "id"),
         Index("ix_request_logs_created_at", "created_at"),  # retention purge (0005_observability)
+        Index("ix_request_logs_org_id_created_at", "org_id", "created_at"),  # GET /v1/usage (0009_spend)
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
@@ -83,6 +84,8 @@ class RequestLog(Base):
     prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
     completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
     total_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    cost_usd: Mapped[float | None] = mapped_column(Float)
+    """USD, by the price table; null when a model call's price is unknown (0009_spend)."""
     rounds: Mapped[int] = mapped_column(Integer, default=0)
     max_rounds_hit: Mapped[bool] = mapped_column(Boolean, default=False)
     has_tool_calls: Mapped[bool] = mapped_column(Boolean, default=False)

@@ -31,6 +31,9 @@ class ModelResponse:
     model: str = ""
     raw: dict[str, Any] = field(default_factory=dict)
     """Upstream fields worth passing on (``id``, ``system_fingerprint``…)."""
+    priced_as: str | None = None
+    """The price-table entry that priced the call (``usage.cost_usd``); None when its price is
+    unknown (``engine/pricing.py``)."""
 
 
 @dataclass(slots=True)

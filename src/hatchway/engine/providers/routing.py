@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from functools import partial
 
 from hatchway.config.settings import Settings
+from hatchway.engine.pricing import PriceTable
 from hatchway.engine.providers.base import ModelProvider
 from hatchway.engine.providers.openai_compat import OpenAICompatProvider
+from hatchway.engine.providers.priced import PricedProvider
 from hatchway.errors import ConfigError, ModelNotFound
 from hatchway.observability.redaction import Redactor
 
@@ -35,10 +37,12 @@ def resolve_api_key(value: str | None) -> str | None:
 
 
 class ModelRouter:
-    """Builds one provider client per configured provider and resolves model names to them."""
+    """Builds one provider client per configured provider, each pricing its calls (``PriceTable``),
+    and resolves model names to them."""
 
     def __init__(self, settings: Settings, secret_lookup: SecretLookup | None = None) -> None:
         self.settings = settings
+        self.prices = PriceTable(settings)
         self.providers: dict[str, ModelProvider] = {}
         self.secrets = Redactor()
         """Every provider's API key once known (literal and ``env:`` at start, ``secret.`` on first
@@ -56,7 +60,7 @@ class ModelRouter:
                         "hatchway.yaml", [(f"providers[{i}].api_key", "secret.<name> needs the vault")]
                     )
                 key_source = partial(secret_lookup, cfg.api_key)
-            self.providers[cfg.id] = OpenAICompatProvider(
+            client = OpenAICompatProvider(
                 cfg.id,
                 cfg.base_url,
                 api_key=resolve_api_key(cfg.api_key),
@@ -67,6 +71,7 @@ class ModelRouter:
                 headers=cfg.headers,
                 secrets=self.secrets,
             )
+            self.providers[cfg.id] = PricedProvider(client, self.prices.for_provider(cfg.id))
         self._models = {m.name: (m.provider, m.target) for m in settings.models}
 
     def resolve(self, name: str) -> ResolvedModel:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from hatchway.config.plugin import PluginConfig, StreamMode, load_plugin, parse_plugin
 from hatchway.config.settings import AgentConfig, Settings
-from hatchway.engine.context import RunContext
+from hatchway.engine.context import RunBudget, RunContext
 from hatchway.engine.tools.base import Toolset
 from hatchway.engine.tools.mcp.credentials import McpCredentials
 from hatchway.engine.tools.mcp.egress import check_egress
@@ -93,6 +93,8 @@ class PluginPart:
     max_rounds: int
     tool_call_parallel: bool
     stream_mode: StreamMode
+    budget: RunBudget | None = None
+    """The plugin's ``agent.max_run_*`` budget for the run tree."""
 
 
 class PluginBinding:
@@ -184,6 +186,7 @@ class PluginBinding:
             max_rounds=settings.max_rounds,
             tool_call_parallel=settings.tool_call_parallel,
             stream_mode=settings.stream_mode,
+            budget=RunBudget(settings.max_run_tokens, settings.max_run_cost_usd, settings.max_run_tool_calls),
         )
 
     async def agent_caller(self, agent: AgentConfig, ctx: RunContext) -> PluginMcpClient:

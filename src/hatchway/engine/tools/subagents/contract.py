@@ -37,6 +37,7 @@ once it has run one, a retry would run its tools again, so the failure is report
 INVALID_ARGUMENTS = "invalid_arguments"
 CHILD_FAILED = "child_request_failed"
 MAX_CHILDREN = "max_children_reached"
+RUN_BUDGET_EXHAUSTED = "run_budget_exhausted"
 
 
 def function_tool() -> dict[str, Any]:

@@ -20,6 +20,7 @@ from hatchway.engine.tools.subagents.contract import (
     INVALID_ARGUMENTS,
     MAX_CHILDREN,
     PARAMETERS,
+    RUN_BUDGET_EXHAUSTED,
     TOOL_NAME,
     ChildRequest,
     ChildRunner,
@@ -91,6 +92,10 @@ class SubagentToolset(Toolset):
         self, request: ChildRequest, ctx: RunContext, budget: Delegation
     ) -> ToolResult:
         for attempt in range(ATTEMPTS):
+            spent = ctx.run.budget_spent()
+            if spent is not None:  # the tree's budget (agent.max_run_*): no child starts past it
+                message = f"this run tree's {spent.budget} budget is spent ({spent.used} of {spent.limit})"
+                return _failure(RUN_BUDGET_EXHAUSTED, message, retries=attempt)
             if budget.children >= budget.max_children:
                 message = (
                     f"this run reached its limit of {budget.max_children} children (max_children_per_run)"

@@ -8,10 +8,12 @@ import { showOperations } from "./pages/operations.js";
 import { showRequests, showRun } from "./pages/requests.js";
 import { showResponses } from "./pages/responses.js";
 import { showSecrets } from "./pages/secrets.js";
+import { showSpend } from "./pages/spend.js";
 
 const routes = [
   [/^#\/requests\/([\w-]+)$/, "requests", (page, id) => showRun(page, id)],
   [/^#\/requests$/, "requests", showRequests],
+  [/^#\/spend$/, "spend", showSpend],
   [/^#\/operations$/, "operations", showOperations],
   [/^#\/secrets$/, "secrets", showSecrets],
   [/^#\/mcp$/, "mcp", showMcpServers],

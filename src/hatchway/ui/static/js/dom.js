@@ -54,6 +54,13 @@ export function ms(value) {
   return value >= 1000 ? `${(value / 1000).toFixed(2)} s` : `${Math.round(value)} ms`;
 }
 
+/** A cost in USD: cents for a dollar amount, three significant digits below a cent; null is unknown. */
+export function usd(value) {
+  if (value === null || value === undefined) return "unknown";
+  if (!value) return "$0";
+  return value >= 0.01 ? `$${value.toFixed(2)}` : `$${value.toPrecision(3)}`;
+}
+
 /** Show a short message in the page's live region (read out by screen readers). */
 export function announce(text) {
   const status = document.getElementById("status");

@@ -1,6 +1,6 @@
 // A run's steps as a waterfall: one row per model call and tool call, bars placed by start time.
 
-import { h, ms } from "./dom.js";
+import { h, ms, usd } from "./dom.js";
 
 function label(step) {
   if (step.type === "model_call") return `Model call · round ${step.round}`;
@@ -27,7 +27,8 @@ function offsets(steps) {
 function details(step) {
   if (step.type === "model_call") {
     const calls = step.tool_calls?.length ? `; asked for ${step.tool_calls.join(", ")}` : "";
-    return `${step.prompt_tokens ?? 0} tokens in, ${step.completion_tokens ?? 0} out; finish ${step.finish_reason ?? step.outcome}${calls}`;
+    const cost = "cost_usd" in step ? `; ${usd(step.cost_usd)}${step.upstream_model ? ` on ${step.upstream_model}` : ""}` : "";
+    return `${step.prompt_tokens ?? 0} tokens in, ${step.completion_tokens ?? 0} out${cost}; finish ${step.finish_reason ?? step.outcome}${calls}`;
   }
   if (step.type === "list_tools") return `tools not listed: ${step.error}`;
   const flags = [step.outcome, step.cached ? "cached" : null, step.retries ? `${step.retries} retries` : null];

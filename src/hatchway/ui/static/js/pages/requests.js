@@ -1,7 +1,7 @@
 // Observability › Requests: the run log, filterable, and one run's steps as a waterfall.
 
 import { api } from "../api.js";
-import { badge, h, ms, render, table, time } from "../dom.js";
+import { badge, h, ms, render, table, time, usd } from "../dom.js";
 import { waterfall } from "../waterfall.js";
 
 const filters = { has_tool_calls: "", status: "", model: "", on_behalf_of: "" };
@@ -97,6 +97,7 @@ function summary(record) {
     item("Finish reason", record.finish_reason || "–"),
     item("Rounds", `${record.rounds}${record.max_rounds_hit ? " (max_rounds reached)" : ""}`),
     item("Tokens", `${record.usage.prompt_tokens} in · ${record.usage.completion_tokens} out · ${record.usage.total_tokens} total`),
+    item("Cost", record.cost_usd === null ? "unknown (a model call of unknown price)" : usd(record.cost_usd)),
     item("Latency", ms(record.latency_ms)),
     item("Response", record.response_id ? h("code", {}, record.response_id) : "–"),
     links,
