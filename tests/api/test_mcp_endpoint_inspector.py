@@ -23,13 +23,12 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.agent_loop import write_plugin
 from tests.support.contas import ABC, QUESTION, RunningContas
 from tests.support.gateway import RunningGateway
+from tests.support.mcp_endpoints import UPSTREAM_TOKEN, calc_endpoint
 from tests.support.mcp_servers import McpTestServer
 from tests.support.node_tools import node_bin, node_env, package_file
 
-UPSTREAM_TOKEN = "upstream-token-5d1c8e4a7b"
 TOOL = "cancelar_vas_avulso"
 ERAS = ["legacy", "modern"]  # --protocol-era: 2025-11-25 sessions, 2026-07-28 stateless
 
@@ -90,27 +89,7 @@ def call(name: str, arguments: dict[str, Any]) -> tuple[str, ...]:
 def test_the_inspector_lists_and_calls_the_endpoints_tools(
     era: str, mcp_server_factory: Callable[..., McpTestServer], gateway_factory: Any, tmp_path: Path
 ) -> None:
-    upstream = mcp_server_factory("calc", required_bearer=UPSTREAM_TOKEN)
-    plugin = write_plugin(
-        tmp_path,
-        "calc",
-        {
-            "mcp_servers": [
-                {
-                    "id": "calc",
-                    "url": upstream.url,
-                    "tools": ["add", "echo"],
-                    "auth": {"type": "bearer", "secret_ref": "secret.calc_token"},
-                }
-            ]
-        },
-    )
-    gateway: RunningGateway = gateway_factory(
-        allow_private_mcp_urls=True,
-        agents=[{"name": "calc", "model": "gpt-4o", "plugin": plugin}],
-        mcp_endpoints=[{"name": "tools", "agent": "calc"}],
-    )
-    assert gateway.put_secret("calc_token", UPSTREAM_TOKEN).status_code == 201
+    upstream, gateway = calc_endpoint(mcp_server_factory, gateway_factory, tmp_path)
     url, home = f"{gateway.url}/mcp/tools", tmp_path / "home"
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -17,9 +17,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.agent_loop import write_plugin
 from tests.support.gateway import RunningGateway
+from tests.support.mcp_endpoints import UPSTREAM_TOKEN, calc_endpoint
 from tests.support.mcp_servers import McpTestServer
-
-UPSTREAM_TOKEN = "upstream-token-7e3f9b2c1a"
 
 
 async def _session(url: str, key: str, mode: str, action: Callable[[Client], Any]) -> Any:
@@ -32,27 +31,9 @@ async def _session(url: str, key: str, mode: str, action: Callable[[Client], Any
 def test_an_mcp_client_lists_and_calls_the_plugins_tools_through_hatchway(
     mode: str, mcp_server_factory: Callable[..., McpTestServer], gateway_factory: Any, tmp_path: Path
 ) -> None:
-    upstream = mcp_server_factory("calc", required_bearer=UPSTREAM_TOKEN)
-    plugin = write_plugin(
-        tmp_path,
-        "calc",
-        {
-            "mcp_servers": [
-                {
-                    "id": "calc",
-                    "url": upstream.url,
-                    "tools": ["add", "echo"],
-                    "auth": {"type": "bearer", "secret_ref": "secret.calc_token"},
-                }
-            ]
-        },
+    upstream, gateway = calc_endpoint(
+        mcp_server_factory, gateway_factory, tmp_path, tools=["calc__add", "calc__echo"]
     )
-    gateway: RunningGateway = gateway_factory(
-        allow_private_mcp_urls=True,
-        agents=[{"name": "calc", "model": "gpt-4o", "plugin": plugin}],
-        mcp_endpoints=[{"name": "tools", "agent": "calc", "tools": ["calc__add", "calc__echo"]}],
-    )
-    assert gateway.put_secret("calc_token", UPSTREAM_TOKEN).status_code == 201
     url = f"{gateway.url}/mcp/tools"
 
     async def use(client: Client) -> tuple[list[str], str, str, bool]:
@@ -239,19 +220,9 @@ def test_an_upstream_tool_list_change_reaches_a_2025_session(
 def test_the_plugins_tool_result_cache_serves_an_endpoints_repeated_call(
     mcp_server_factory: Callable[..., McpTestServer], gateway_factory: Any, tmp_path: Path
 ) -> None:
-    upstream = mcp_server_factory("calc", required_bearer=UPSTREAM_TOKEN)
-    server = {
-        "id": "calc",
-        "url": upstream.url,
-        "auth": {"type": "bearer", "secret_ref": "secret.calc_token"},
-    }
-    plugin = write_plugin(
-        tmp_path, "calc", {"mcp_servers": [server], "agent": {"tool_cache_ttl_seconds": 60}}
+    upstream, gateway = calc_endpoint(
+        mcp_server_factory, gateway_factory, tmp_path, agent={"tool_cache_ttl_seconds": 60}
     )
-    gateway: RunningGateway = gateway_factory(
-        allow_private_mcp_urls=True, mcp_endpoints=[{"name": "tools", "plugin": plugin}]
-    )
-    assert gateway.put_secret("calc_token", UPSTREAM_TOKEN).status_code == 201
     other = gateway.new_org()
     assert gateway.put_secret("calc_token", UPSTREAM_TOKEN, key=other.key).status_code == 201
 

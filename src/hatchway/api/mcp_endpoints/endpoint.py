@@ -39,7 +39,14 @@ from pydantic import BaseModel
 from hatchway.api.mcp_endpoints.listeners import ListChangeListeners
 from hatchway.api.mcp_endpoints.oauth import ResourceServer
 from hatchway.api.mcp_endpoints.operations import EndpointOperations
-from hatchway.api.mcp_endpoints.relay import ClientSide, InputRelayed, RelayToClient, read_state, relay_state
+from hatchway.api.mcp_endpoints.relay import (
+    ClientSide,
+    InputRelayed,
+    RelayToClient,
+    read_state,
+    relay_state,
+    relayed_state,
+)
 from hatchway.api.mcp_endpoints.results import call_step, redact_result, relayed_error, tool_error
 from hatchway.config.plugin import McpServerConfig, PluginConfig
 from hatchway.config.settings import McpEndpointConfig
@@ -405,8 +412,7 @@ class Endpoint:
         uri = str(params.uri)
         server = await self._resource_server(request_ctx, uri)
         ctx = self._context(request_ctx)
-        state = read_state(params.request_state)
-        upstream_state = state.get("state") if state is not None and state["kind"] == "relay" else None
+        upstream_state = relayed_state(params.request_state)
 
         async def read(client: Client) -> Any:
             return await client.session.read_resource(
@@ -466,8 +472,7 @@ class Endpoint:
     async def _get_prompt(self, request_ctx: Any, params: types.GetPromptRequestParams) -> Any:
         server, prompt = await self._prompt_route(request_ctx, params.name)
         ctx = self._context(request_ctx)
-        state = read_state(params.request_state)
-        upstream_state = state.get("state") if state is not None and state["kind"] == "relay" else None
+        upstream_state = relayed_state(params.request_state)
 
         async def get(client: Client) -> Any:
             return await client.session.get_prompt(

@@ -140,3 +140,9 @@ def read_state(text: str | None) -> dict[str, Any] | None:
     except orjson.JSONDecodeError:
         return None
     return state if isinstance(state, dict) and state.get("kind") in ("relay", "confirm") else None
+
+
+def relayed_state(text: str | None) -> str | None:
+    """The upstream's own state inside the endpoint's state of a relayed round, or None."""
+    state = read_state(text)
+    return state.get("state") if state is not None and state["kind"] == "relay" else None
