@@ -9,8 +9,7 @@ SDK server answering for it.
   (never the MCP client's: no token passthrough), per-user OAuth for ``X-On-Behalf-Of``, timeouts,
   retries — its content is relayed whole and redacted of every secret the call used, and it is a
   run in the run log (route ``mcp:<endpoint>``), with its span and metrics.
-- **Resources and prompts** (``resources: true`` / ``prompts: true``): listed from every server of
-  the plugin and read from the server that listed them.
+- **Resources and prompts** (``resources: true`` / ``prompts: true``): ``passthrough.py``.
 - An upstream's requests for input go to the endpoint's client (``relay.py``).
 """
 
@@ -20,7 +19,6 @@ import asyncio
 import contextvars
 import fnmatch
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -39,13 +37,13 @@ from pydantic import BaseModel
 from hatchway.api.mcp_endpoints.listeners import ListChangeListeners
 from hatchway.api.mcp_endpoints.oauth import ResourceServer
 from hatchway.api.mcp_endpoints.operations import EndpointOperations
+from hatchway.api.mcp_endpoints.passthrough import Passthrough
 from hatchway.api.mcp_endpoints.relay import (
     ClientSide,
     InputRelayed,
     RelayToClient,
     read_state,
     relay_state,
-    relayed_state,
 )
 from hatchway.api.mcp_endpoints.results import call_step, redact_result, relayed_error, tool_error
 from hatchway.config.plugin import McpServerConfig, PluginConfig
@@ -55,11 +53,9 @@ from hatchway.engine.loop import RunResult
 from hatchway.engine.tools.base import ToolResult
 from hatchway.engine.tools.mcp.connection import FORWARDED_CAPABILITIES
 from hatchway.engine.tools.mcp.naming import namespaced_name
-from hatchway.errors import HatchwayError, McpServerError, ToolError
+from hatchway.errors import HatchwayError
 
 if TYPE_CHECKING:
-    from mcp import Client
-
     from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
     from hatchway.gateway import Gateway
 
@@ -73,9 +69,6 @@ MAX_SESSIONS = 1000
 """2025-11-25 sessions one endpoint keeps at once (a new one past it is 503; 2026-07-28 needs none)."""
 SESSION_IDLE_SECONDS = 600.0
 """A 2025-11-25 session with no request for this long is closed."""
-MAX_LIST_PAGES = 50
-"""Pages of one server's resource or prompt listing read at most."""
-RESOURCE_NOT_FOUND = -32002
 
 
 class Endpoint:
@@ -104,17 +97,18 @@ class Endpoint:
                 secret=gateway.vault.system_secret,
             )
         handlers: dict[str, Any] = {"on_list_tools": self._list_tools, "on_call_tool": self._call_tool}
+        self.passthrough = Passthrough(self)
         if config.resources:
             handlers.update(
-                on_list_resources=self._list_resources,
-                on_list_resource_templates=self._list_resource_templates,
-                on_read_resource=self._read_resource,
+                on_list_resources=self.passthrough.list_resources,
+                on_list_resource_templates=self.passthrough.list_resource_templates,
+                on_read_resource=self.passthrough.read_resource,
             )
         if config.prompts:
             handlers.update(
-                on_list_prompts=self._list_prompts,
-                on_get_prompt=self._get_prompt,
-                on_completion=self._complete,
+                on_list_prompts=self.passthrough.list_prompts,
+                on_get_prompt=self.passthrough.get_prompt,
+                on_completion=self.passthrough.complete,
             )
         # What a client may cache of a listing depends on who asks (per-user servers, allowlists):
         # private, and stale at once (the gateway's own listings are cached upstream of it).
@@ -172,10 +166,10 @@ class Endpoint:
         tools = self.config.tools
         return tools == "*" or any(fnmatch.fnmatchcase(name, pattern) for pattern in tools)
 
-    def _name(self, server: McpServerConfig, name: str) -> str:
+    def public_name(self, server: McpServerConfig, name: str) -> str:
         return namespaced_name(server.id, name) if self.config.namespace else name
 
-    def _client(self, answerer: Any = None) -> PluginMcpClient:
+    def mcp_client(self, answerer: Any = None) -> PluginMcpClient:
         from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
 
         gw = self.gateway
@@ -183,7 +177,7 @@ class Endpoint:
             self.plugin, trusted=True, pool=gw.mcp_pool, credentials=gw.mcp_credentials, answerer=answerer
         )
 
-    def _context(self, request_ctx: Any) -> RunContext:
+    def context(self, request_ctx: Any) -> RunContext:
         request = request_ctx.request
         principal: Principal = request.scope["state"][PRINCIPAL]
         headers = {k.lower(): v for k, v in request.headers.items() if k.lower() != "authorization"}
@@ -209,13 +203,13 @@ class Endpoint:
     async def listed_tools(self, ctx: RunContext) -> list[types.Tool]:
         """The tools this endpoint serves to ``ctx``'s caller, as ``tools/list`` gives them (its
         servers' credentials known to ``ctx``, so a description echoing one is redacted)."""
-        await self._learn_secrets(ctx)
+        await self.learn_secrets(ctx)
         if self.operations is not None:
             return [t for t in self.operations.tools() if self.exposes(t.name)]
         return [tool.model_copy(update={"name": name}) for name, _server, tool in await self._catalog(ctx)]
 
-    async def _learn_secrets(self, ctx: RunContext) -> None:
-        client = self._client()
+    async def learn_secrets(self, ctx: RunContext) -> None:
+        client = self.mcp_client()
         for server in self.plugin.mcp_servers:
             await client.learn_secrets(server, ctx)
 
@@ -224,7 +218,7 @@ class Endpoint:
     async def _catalog(
         self, ctx: RunContext, servers: list[McpServerConfig] | None = None
     ) -> list[tuple[str, McpServerConfig, types.Tool]]:
-        client = self._client()
+        client = self.mcp_client()
         found: dict[str, tuple[str, McpServerConfig, types.Tool]] = {}
         for server in self.plugin.mcp_servers if servers is None else servers:
             try:
@@ -233,17 +227,17 @@ class Endpoint:
                 logger.warning("MCP endpoint %s: %s not listed (%s)", self.config.name, server.id, exc.code)
                 continue
             for tool in tools:
-                name = self._name(server, tool.name)
+                name = self.public_name(server, tool.name)
                 if server.exposes(tool.name) and self.exposes(name) and name not in found:
                     found[name] = (name, server, tool)
         return sorted(found.values(), key=lambda entry: entry[0])  # deterministic order
 
     async def _list_tools(self, request_ctx: Any, params: Any) -> types.ListToolsResult:
         self._remember(request_ctx)
-        return types.ListToolsResult(tools=await self.listed_tools(self._context(request_ctx)))
+        return types.ListToolsResult(tools=await self.listed_tools(self.context(request_ctx)))
 
     async def _call_tool(self, request_ctx: Any, params: types.CallToolRequestParams) -> Any:
-        ctx = self._context(request_ctx)
+        ctx = self.context(request_ctx)
         gw = self.gateway
         meta: dict[str, Any] = {}
         started = time.monotonic()
@@ -284,7 +278,7 @@ class Endpoint:
             if not self.operations.handles(name) or not self.exposes(name):
                 return tool_error(f"No tool named '{name}' is available.", code="unknown_tool")
             meta.update(server=self.operations.server_of(name), tool=name)
-            caller = self._client()
+            caller = self.mcp_client()
             if state is not None and state["kind"] == "confirm":
                 return await self.operations.answered(state, params.input_responses, ctx, caller, meta)
             try:
@@ -313,7 +307,7 @@ class Endpoint:
         if cache_key is not None and (hit := await self.gateway.cache.get(cache_key)) is not None:
             meta.update(outcome="ok", cached=True)
             return types.CallToolResult.model_validate(hit)
-        relay = self._client(RelayToClient(client))
+        relay = self.mcp_client(RelayToClient(client))
 
         async def progress(done: float, total: float | None, message: str | None) -> None:
             # The upstream's progress, on the client's token, its message redacted like the result.
@@ -369,166 +363,6 @@ class Endpoint:
         async with asyncio.timeout(max(ctx.remaining(), 0.001)):
             return await work
 
-    # -- resources and prompts ---------------------------------------------------------------------
-
-    async def _from_servers(
-        self, request_ctx: Any, send: Callable[[Client, str | None], Awaitable[Any]], field: str
-    ) -> tuple[list[tuple[McpServerConfig, Any]], RunContext]:
-        """Every entry of a paginated listing, from every server of the plugin (a failing one skipped)."""
-        ctx = self._context(request_ctx)
-        await self._learn_secrets(ctx)
-        client = self._client()
-        found: list[tuple[McpServerConfig, Any]] = []
-        for server in self.plugin.mcp_servers:
-            cursor: str | None = None
-            try:
-                for _ in range(MAX_LIST_PAGES):
-                    page = await client.request(server, ctx, lambda c, cur=cursor: send(c, cur))
-                    found.extend((server, entry) for entry in getattr(page, field))
-                    cursor = page.next_cursor
-                    if not cursor:
-                        break
-            except ToolError as exc:
-                logger.warning("MCP endpoint %s: %s not listed (%s)", self.config.name, server.id, exc.code)
-        return found, ctx
-
-    async def _list_resources(self, request_ctx: Any, params: Any) -> types.ListResourcesResult:
-        found, _ = await self._from_servers(
-            request_ctx, lambda c, cur: c.session.list_resources(params=_page(cur)), "resources"
-        )
-        return types.ListResourcesResult(resources=[resource for _server, resource in found])
-
-    async def _list_resource_templates(
-        self, request_ctx: Any, params: Any
-    ) -> types.ListResourceTemplatesResult:
-        found, _ = await self._from_servers(
-            request_ctx,
-            lambda c, cur: c.session.list_resource_templates(params=_page(cur)),
-            "resource_templates",
-        )
-        return types.ListResourceTemplatesResult(resource_templates=[template for _s, template in found])
-
-    async def _read_resource(self, request_ctx: Any, params: types.ReadResourceRequestParams) -> Any:
-        uri = str(params.uri)
-        server = await self._resource_server(request_ctx, uri)
-        ctx = self._context(request_ctx)
-        upstream_state = relayed_state(params.request_state)
-
-        async def read(client: Client) -> Any:
-            return await client.session.read_resource(
-                uri,
-                input_responses=params.input_responses,
-                request_state=upstream_state,
-                allow_input_required=True,
-            )
-
-        return await self._relayed(server, ctx, read, uri)
-
-    async def _resource_server(self, request_ctx: Any, uri: str) -> McpServerConfig:
-        servers = self.plugin.mcp_servers
-        if len(servers) == 1:
-            return servers[0]
-        found, _ = await self._from_servers(
-            request_ctx, lambda c, cur: c.session.list_resources(params=_page(cur)), "resources"
-        )
-        for server, resource in found:
-            if str(resource.uri) == uri:
-                return server
-        templates, _ = await self._from_servers(
-            request_ctx,
-            lambda c, cur: c.session.list_resource_templates(params=_page(cur)),
-            "resource_templates",
-        )
-        # The template that matches, the most specific first (the longest literal part): a
-        # catch-all template of one server never takes what another's own template names.
-        matching = [
-            (literal_chars(t.uri_template), server)
-            for server, t in templates
-            if template_matches(t.uri_template, uri)
-        ]
-        if matching:
-            return max(matching, key=lambda entry: entry[0])[1]
-        raise MCPError(code=RESOURCE_NOT_FOUND, message="Resource not found", data={"uri": uri})
-
-    async def _list_prompts(self, request_ctx: Any, params: Any) -> types.ListPromptsResult:
-        found, _ = await self._from_servers(
-            request_ctx, lambda c, cur: c.session.list_prompts(params=_page(cur)), "prompts"
-        )
-        prompts = {
-            self._name(server, p.name): p.model_copy(update={"name": self._name(server, p.name)})
-            for server, p in found
-        }
-        return types.ListPromptsResult(prompts=[prompts[name] for name in sorted(prompts)])
-
-    async def _prompt_route(self, request_ctx: Any, name: str) -> tuple[McpServerConfig, str]:
-        found, _ = await self._from_servers(
-            request_ctx, lambda c, cur: c.session.list_prompts(params=_page(cur)), "prompts"
-        )
-        for server, prompt in found:
-            if self._name(server, prompt.name) == name:
-                return server, prompt.name
-        raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown prompt: {name}")
-
-    async def _get_prompt(self, request_ctx: Any, params: types.GetPromptRequestParams) -> Any:
-        server, prompt = await self._prompt_route(request_ctx, params.name)
-        ctx = self._context(request_ctx)
-        upstream_state = relayed_state(params.request_state)
-
-        async def get(client: Client) -> Any:
-            return await client.session.get_prompt(
-                prompt,
-                params.arguments,
-                input_responses=params.input_responses,
-                request_state=upstream_state,
-                allow_input_required=True,
-            )
-
-        result = await self._relayed(server, ctx, get, prompt)
-        return result
-
-    async def _complete(self, request_ctx: Any, params: types.CompleteRequestParams) -> types.CompleteResult:
-        ref = params.ref
-        if isinstance(ref, types.PromptReference):
-            server, prompt = await self._prompt_route(request_ctx, ref.name)
-            ref = ref.model_copy(update={"name": prompt})
-        else:
-            server = await self._resource_server(request_ctx, ref.uri)
-        ctx = self._context(request_ctx)
-        context = params.context.arguments if params.context is not None else None
-        argument = {"name": params.argument.name, "value": params.argument.value}
-
-        async def complete(client: Client) -> types.CompleteResult:
-            return await client.session.complete(ref=ref, argument=argument, context_arguments=context)
-
-        return await self._upstream(server, ctx, complete)
-
-    async def _relayed(
-        self, server: McpServerConfig, ctx: RunContext, send: Callable[[Client], Awaitable[Any]], target: str
-    ) -> Any:
-        """A request that may answer ``input_required``: the round goes to the endpoint's client."""
-        result = await self._upstream(server, ctx, send)
-        if isinstance(result, types.InputRequiredResult):
-            from hatchway.engine.tools.mcp.inputs import InputRound
-
-            round_ = InputRound(server.id, target, 1, dict(result.input_requests or {}), result.request_state)
-            return types.InputRequiredResult(
-                input_requests=result.input_requests, request_state=relay_state(round_)
-            )
-        return result
-
-    async def _upstream(
-        self, server: McpServerConfig, ctx: RunContext, send: Callable[[Client], Awaitable[T]]
-    ) -> T:
-        """One request to ``server``; its JSON-RPC error relayed to the client (redacted)."""
-        try:
-            return await self._client().request(server, ctx, send)
-        except McpServerError as exc:
-            if exc.rpc_error is not None:
-                raise relayed_error(exc.rpc_error, ctx) from None
-            raise MCPError(code=types.INTERNAL_ERROR, message=ctx.redact(exc.message)) from None
-        except ToolError as exc:
-            raise MCPError(code=types.INTERNAL_ERROR, message=ctx.redact(exc.message)) from None
-
 
 _CALL: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar("hatchway_mcp_call", default=None)
 """The context of the request a handler is answering (set by ``Endpoint._context``)."""
@@ -554,26 +388,6 @@ class _EndpointServer(Server):  # type: ignore[type-arg]
         return super().create_initialization_options(options, **kwargs)
 
 
-_EXPRESSION = re.compile(r"\{([+#./;?&]?)[^}]*\}")
-
-
-def template_matches(template: str, uri: str) -> bool:
-    """Whether ``uri`` is one of the URIs an RFC 6570 ``template`` describes: a simple expression
-    (``{id}``) stands for one path segment, a reserved or path one (``{+path}``, ``{/path}``…) for
-    anything."""
-    pattern, at = [], 0
-    for match in _EXPRESSION.finditer(template):
-        pattern.append(re.escape(template[at : match.start()]))
-        pattern.append("[^/?#]+" if match.group(1) == "" else ".*")
-        at = match.end()
-    pattern.append(re.escape(template[at:]))
-    return re.fullmatch("".join(pattern), uri) is not None
-
-
-def literal_chars(template: str) -> int:
-    return len(_EXPRESSION.sub("", template))
-
-
 def _caller_of(request_ctx: Any) -> str | None:
     """Who a sealed ``requestState`` belongs to: the key, and the end user it acts for."""
     request = request_ctx.request
@@ -582,7 +396,3 @@ def _caller_of(request_ctx: Any) -> str | None:
     state = request.scope["state"]
     principal: Principal = state[PRINCIPAL]
     return orjson.dumps([principal.org_id, principal.key_id, state.get(END_USER)]).decode()
-
-
-def _page(cursor: str | None) -> types.PaginatedRequestParams | None:
-    return types.PaginatedRequestParams(cursor=cursor) if cursor else None
