@@ -10,6 +10,9 @@
     │   │   └── ModelNotFound
     │   ├── Conflict ........... 409
     │   ├── TooLarge ........... 413: a request body past its limit
+    │   ├── RateLimited ........ 429: a requests-per-minute limit of ``limits:`` (``param`` names it)
+    │   │   ├── TokensLimited .. 429: its tokens do not fit a tokens-per-minute limit
+    │   │   └── ConcurrencyLimited  429: as many runs as a concurrency limit allows are in progress
     │   │   └── HeadTooLarge ... 431: a request head (line and headers) past its limit
     │   └── ClientGone ......... 499: the client went away before the answer (nothing is sent)
     ├── Unavailable ............ 503 (a capability this process cannot serve right now)
@@ -152,6 +155,31 @@ class HeadTooLarge(TooLarge):
 
     status_code = 431
     default_code = "request_headers_too_large"
+
+
+class RateLimited(RequestError):
+    """A limit of hatchway.yaml's ``limits:`` refused the request before it started; ``param`` names
+    the limit (``limits.keys.<name>.requests_per_minute``), ``headers`` say when to retry."""
+
+    status_code = 429
+    error_type = "rate_limit_error"
+    default_code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, param: str, headers: dict[str, str]) -> None:
+        super().__init__(message, param=param)
+        self.headers = headers
+
+
+class TokensLimited(RateLimited):
+    """The tokens a request reserves do not fit in a ``tokens_per_minute`` of ``limits:``."""
+
+    default_code = "tokens_limit_exceeded"
+
+
+class ConcurrencyLimited(RateLimited):
+    """A ``concurrent_runs`` of ``limits:`` is reached."""
+
+    default_code = "concurrency_limit_exceeded"
 
 
 class ClientGone(RequestError):

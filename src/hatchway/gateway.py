@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hatchway.config.settings import Settings
+from hatchway.engine.limits import Limiter
 from hatchway.engine.plan import Planner
 from hatchway.engine.providers.routing import ModelRouter
 from hatchway.engine.run import RunScopes
@@ -106,6 +107,8 @@ class Gateway:
         self.log_writer.observers.append(self.telemetry.observe_record)
         self.scopes = RunScopes(self.telemetry, self.log_writer)
         """Every run's lifecycle: gauge, span and record (``engine/run.py``)."""
+        self.limits = Limiter.from_settings(settings)
+        """hatchway.yaml's ``limits:``, checked before a run of the run routes starts."""
         self.vault = Vault(self.db, load_master_key(settings.master_key_file))
         self.models = ModelRouter(settings, secret_lookup=self.vault.system_secret)
         pool = settings.mcp_pool
@@ -213,5 +216,6 @@ class Gateway:
         await self.models.aclose()
         if self.jobs is not None:
             await self.jobs.close()
+        await self.limits.close()
         await self.cache.close()
         await self.db.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -18,6 +19,7 @@ from hatchway.api.errors import parse_json_body, validate_body
 from hatchway.api.sse import DONE, SSE_HEADERS, data_event
 from hatchway.engine.context import RunContext
 from hatchway.engine.items import FunctionCall, Item, ToolSpec
+from hatchway.engine.limits import Requester, reserved_tokens
 from hatchway.engine.loop import (
     AgentLoop,
     LoopEvent,
@@ -110,14 +112,26 @@ class ChatCompletionsApp:
             deadline_seconds=gw.settings.loop_deadline_seconds,
             known_secrets=gw.models.secrets,
         )
-        # The record is written when the scope closes: after the answer is on its way.
-        async with gw.scopes.open(ROUTE_NAME, ctx) as run:
-            response = await self._answer(run, receive)
+        # The record is written when the scope closes: after the answer is on its way, and after
+        # the run's hold on its limits (``holds``) is settled.
+        async with gw.scopes.open(ROUTE_NAME, ctx) as run, AsyncExitStack() as holds:
+            response = await self._answer(run, receive, holds)
             await response(scope, receive, send)
 
-    async def _answer(self, run: RunScope, receive: Receive) -> Response:
-        body = validate_body(ChatRequest, parse_json_body(await read_body(receive)))
+    async def _answer(self, run: RunScope, receive: Receive, holds: AsyncExitStack) -> Response:
+        raw = await read_body(receive)
+        body = validate_body(ChatRequest, parse_json_body(raw))
         run.model = body.model
+        extra = body.model_extra or {}
+        admission = await holds.enter_async_context(
+            self.gw.limits.admitted(
+                Requester.of(run.ctx.principal, run.ctx.on_behalf_of, body.model),
+                reserve_tokens=reserved_tokens(
+                    extra.get("max_completion_tokens") or extra.get("max_tokens"), len(raw)
+                ),
+                used_tokens=lambda: run.ctx.run.tree_usage().total_tokens,
+            )
+        )
         plan = await self.gw.planner.plan(PlanRequest(model=body.model), run.ctx, run)
         items = plan.conversation(messages_to_items(body.messages))
         loop = plan.agent_loop(
@@ -127,11 +141,12 @@ class ChatCompletionsApp:
             params=body.passthrough(),
         )
         if body.stream:
-            return await _streamed(loop, items, body, plan, run)
+            return await _streamed(loop, items, body, plan, run, admission.headers)
         result = await loop.run(items, run.ctx)
         payload = orjson.dumps(completion_body(result, body.model, created=int(time.time())))
         run.end(200, result)
-        return Response(payload, media_type="application/json", headers=_run_headers(result, run))
+        headers = {**_run_headers(result, run), **admission.headers}
+        return Response(payload, media_type="application/json", headers=headers)
 
 
 async def read_body(receive: Receive) -> bytes:
@@ -191,7 +206,12 @@ def completion_body(result: RunResult, model: str, *, created: int) -> dict[str,
 
 
 async def _streamed(
-    loop: AgentLoop, items: list[Item], body: ChatRequest, plan: RunPlan, run: RunScope
+    loop: AgentLoop,
+    items: list[Item],
+    body: ChatRequest,
+    plan: RunPlan,
+    run: RunScope,
+    limit_headers: dict[str, str],
 ) -> Response:
     chunks = _ChunkWriter(body.model, include_usage=_include_usage(body))
     if plan.stream_mode == "disabled":
@@ -201,6 +221,7 @@ async def _streamed(
         run.end(200, result)
         whole = [chunks.role(), *chunks.text(result.text or ""), *chunks.finish(result), DONE]
         headers = {**SSE_HEADERS, **_run_headers(result, run), "x-hatchway-stream-mode": "disabled"}
+        headers.update(limit_headers)
         return StreamingResponse(iter(whole), media_type="text/event-stream", headers=headers)
 
     events = loop.events(items, run.ctx, stream=True)
@@ -228,7 +249,7 @@ async def _streamed(
             yield data_event(exc.to_body())
             yield DONE
 
-    headers = {**SSE_HEADERS, "x-hatchway-request-id": run.log_id}
+    headers = {**SSE_HEADERS, "x-hatchway-request-id": run.log_id, **limit_headers}
     headers.update(dropped_headers_header(run.ctx.run.dropped_headers))  # listed before the first event
     return StreamingResponse(frames(), media_type="text/event-stream", headers=headers)
 

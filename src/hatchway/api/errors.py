@@ -40,7 +40,7 @@ def error_response(exc: BaseException) -> Response:
     if isinstance(exc, HatchwayError):
         if exc.status_code >= 500:
             logger.warning("%s: %s", type(exc).__name__, exc.message)
-        return json_error(exc.status_code, exc.to_body())
+        return json_error(exc.status_code, exc.to_body(), headers=getattr(exc, "headers", None))
     if isinstance(exc, RequestValidationError):
         return json_error(400, _validation_error(exc).to_body())
     if isinstance(exc, StarletteHTTPException):

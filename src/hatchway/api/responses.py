@@ -16,9 +16,11 @@ from hatchway.api.auth import authenticate, gateway_of
 from hatchway.api.context import budget_header, run_context
 from hatchway.api.errors import json_error, parse_json_body, validate_body
 from hatchway.api.sse import SSE_HEADERS, typed_event
-from hatchway.engine.context import Principal
+from hatchway.engine.context import Principal, RunContext
+from hatchway.engine.limits import Admission, Requester, reserved_tokens
 from hatchway.engine.tools.mcp.forwarding import dropped_headers_header
 from hatchway.errors import HatchwayError, InvalidRequest
+from hatchway.gateway import Gateway
 from hatchway.responses.items import wire_items
 from hatchway.responses.runs import StartedRun
 from hatchway.responses.wire import CreateResponseRequest, check_hosted_tools
@@ -63,13 +65,23 @@ async def create_response(
 ) -> Response:
     gw = gateway_of(request)
     ctx = run_context(request, principal, gw.settings.loop_deadline_seconds)
-    body = validate_body(CreateResponseRequest, parse_json_body(await request.body()))
+    raw = await request.body()
+    body = validate_body(CreateResponseRequest, parse_json_body(raw))
     check_hosted_tools(body, gw.settings.hosted_tools)
-    headers = ignored_header(body)
-    created = await gw.responses.create(body, ctx)
+    admission = await gw.limits.admit(
+        Requester.of(principal, ctx.on_behalf_of, body.model),
+        reserve_tokens=reserved_tokens(body.max_output_tokens, len(raw)),
+    )
+    try:
+        created = await gw.responses.create(body, ctx)
+    except BaseException:
+        await gw.limits.settle(admission, ctx.run.tree_usage().total_tokens)
+        raise
+    _settle_when_done(gw, admission, ctx, created.started)
+    headers = {**(ignored_header(body) or {}), **admission.headers}
     if created.started is None or not body.stream:
         dropped = dropped_headers_header(ctx.run.dropped_headers)
-        return _json(created.response, headers={**(headers or {}), **dropped, **budget_header(ctx)})
+        return _json(created.response, headers={**headers, **dropped, **budget_header(ctx)})
     # A foreground stream whose client went away is not worth finishing: stop the upstream work.
     # A background one goes on; its client may follow it again.
     if body.background:
@@ -85,10 +97,24 @@ async def create_response(
         # Failed before any output (an upstream 429 or 5xx, a refused request): the HTTP status
         # the error has, as Chat Completions answers it, so every SDK's retry and backoff apply.
         answer = _failure_response(failure, created.started)
-        answer.headers.update(headers or {})
+        answer.headers.update(headers)
         return answer
-    headers = {**(headers or {}), **dropped_headers_header(ctx.run.dropped_headers)}
+    headers = {**headers, **dropped_headers_header(ctx.run.dropped_headers)}
     return _sse(_chain(head, events), on_close=_canceller(created.started), headers=headers)
+
+
+def _settle_when_done(gw: Gateway, admission: Admission, ctx: RunContext, started: StartedRun | None) -> None:
+    """Give the run's limits back when it ends: now, or when the task running it here ends (a
+    stream, a background response); a response queued for another replica holds no slot here."""
+    if not admission.lease:
+        return
+
+    async def settle() -> None:
+        if started is not None:
+            await asyncio.wait([started.task])
+        await gw.limits.settle(admission, ctx.run.tree_usage().total_tokens)
+
+    gw.tasks.spawn(f"limits:{admission.lease}", settle())
 
 
 _BEFORE_OUTPUT = {"response.created", "response.queued", "response.in_progress", "error", "response.failed"}

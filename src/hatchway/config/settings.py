@@ -189,6 +189,39 @@ class McpPoolSettings(StrictModel):
     """A session to a server of hatchway.yaml closes after this long unused."""
 
 
+class LimitValues(StrictModel):
+    """What one scope may use; a key left out is not limited at that scope (docs/limits.md, "Limits")."""
+
+    requests_per_minute: Annotated[int | None, Field(ge=1)] = None
+    """Requests to ``/v1/chat/completions`` and ``/v1/responses`` in any minute (a sliding window);
+    the next one is 429 ``rate_limit_exceeded``."""
+    tokens_per_minute: Annotated[int | None, Field(ge=1)] = None
+    """Model tokens, input + output of every round, in any minute: a request reserves its
+    ``max_tokens`` (``max_output_tokens``) plus its input estimated from the body size before it
+    starts, and what it used past that is counted after; one that does not fit is 429
+    ``tokens_limit_exceeded``."""
+    concurrent_runs: Annotated[int | None, Field(ge=1)] = None
+    """Runs in progress at once (a stream until its end, a background response until it settles);
+    one more is 429 ``concurrency_limit_exceeded``."""
+
+
+class LimitsSettings(StrictModel):
+    """Request, token and concurrency limits, set by the operator only (an organisation's key cannot
+    change them). Every scope that applies must admit a request; ``"*"`` in ``keys``, ``users`` or
+    ``agents`` is each key, end user or agent that has no entry of its own."""
+
+    defaults: LimitValues = Field(default_factory=LimitValues)
+    """Each organisation's limits (for all its keys, users and agents together)."""
+    organisations: dict[str, LimitValues] = Field(default_factory=dict)
+    """By organisation name or id: over ``defaults``, key by key."""
+    keys: dict[str, LimitValues] = Field(default_factory=dict)
+    """By API key name or id (or ``"*"``): each key's own limits."""
+    users: dict[str, LimitValues] = Field(default_factory=dict)
+    """By end user (``X-On-Behalf-Of``, or ``"*"``): each end user's own limits, within each organisation."""
+    agents: dict[str, LimitValues] = Field(default_factory=dict)
+    """By agent name (or ``"*"``): the limits of requests to ``agent:<name>``, within each organisation."""
+
+
 DATABASE_DRIVERS = ("sqlite+aiosqlite", "postgresql+asyncpg")
 
 
@@ -417,6 +450,9 @@ class Settings(StrictModel):
     """Transactional operations: confirmation TTL, execution lease, extra yes/no words."""
     background: BackgroundSettings = Field(default_factory=BackgroundSettings)
     """The Redis job queue of background responses (replicas and ``hatchway worker``)."""
+    limits: LimitsSettings = Field(default_factory=LimitsSettings)
+    """Requests and tokens per minute and concurrent runs per organisation, key, end user and agent,
+    across replicas on Redis (docs/limits.md, "Limits")."""
 
     _config_dir: Path = PrivateAttr(default_factory=Path.cwd)
 

@@ -63,6 +63,13 @@ MEANINGS: dict[str, str] = {
     "refused while being read, before anything of it was forwarded or stored, and the connection closed.",
     "request_headers_too_large": "The request line and headers passed `max_request_header_bytes` (64 KiB "
     "by default); refused before authentication, and the connection closed.",
+    "rate_limit_exceeded": "A `requests_per_minute` of `limits:` in hatchway.yaml is reached; `param` names "
+    "it (`limits.keys.<name>.requests_per_minute`), `retry-after` says when to retry (docs/limits.md). "
+    "As a failed response's `error`: the upstream answered 429.",
+    "tokens_limit_exceeded": "The tokens this request reserves (its `max_tokens` and its input) do not fit "
+    "in a `tokens_per_minute` of `limits:`; `param` names it, `retry-after` says when to retry.",
+    "concurrency_limit_exceeded": "A `concurrent_runs` of `limits:` is reached: as many runs of that scope "
+    "are in progress; `param` names it. Retry when one ends.",
     "client_gone": "Not sent: the client went away before the answer. The run log records the run "
     "with HTTP status 499.",
     # -- HTTP: the gateway or its upstream --------------------------------------------------------
@@ -154,7 +161,6 @@ MEANINGS: dict[str, str] = {
     "created.",
     "server_error": "The response failed: its run raised an error, or the replica running it stopped "
     "(`type: interrupted`).",
-    "rate_limit_exceeded": "The response failed because the upstream answered 429.",
 }
 
 _FRAMEWORK_ROWS = (

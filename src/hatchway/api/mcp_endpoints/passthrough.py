@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
@@ -29,7 +29,9 @@ from hatchway.errors import McpServerError, ToolError
 if TYPE_CHECKING:
     from mcp import Client
 
-    from hatchway.api.mcp_endpoints.endpoint import Endpoint
+    from hatchway.config.plugin import PluginConfig
+    from hatchway.config.settings import McpEndpointConfig
+    from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -38,10 +40,25 @@ MAX_LIST_PAGES = 50
 RESOURCE_NOT_FOUND = -32002
 
 
+class EndpointParts(Protocol):
+    """What of its endpoint a ``Passthrough`` uses (``endpoint.Endpoint``)."""
+
+    config: McpEndpointConfig
+    plugin: PluginConfig
+
+    def context(self, request_ctx: Any) -> RunContext: ...
+
+    def mcp_client(self, answerer: Any = None) -> PluginMcpClient: ...
+
+    def public_name(self, server: McpServerConfig, name: str) -> str: ...
+
+    async def learn_secrets(self, ctx: RunContext) -> None: ...
+
+
 class Passthrough:
     """The resource, prompt and completion handlers of one endpoint."""
 
-    def __init__(self, endpoint: Endpoint) -> None:
+    def __init__(self, endpoint: EndpointParts) -> None:
         self.endpoint = endpoint
 
     async def _from_servers(
