@@ -1,9 +1,10 @@
 """The operator's ``limits:``: requests and tokens per minute and concurrent runs, per organisation,
 API key, end user and agent, checked before a run starts (docs/limits.md, "Limits").
 
-Windows are the ``limits`` library's sliding-window counters (one atomic Redis script per hit, so
-replicas sharing ``redis_url`` share the count; in-process without Redis). Concurrency is a set of
-leases, each with its own expiry, so the slots of a replica that died free themselves.
+Windows are the ``limits`` library's: a moving window for requests (exact), a sliding-window counter
+for tokens (an estimate across the minute boundary); one atomic Redis script per hit, so replicas
+sharing ``redis_url`` share the count, in process without Redis. Concurrency is a set of leases, each
+with its own expiry, so the slots of a replica that died free themselves.
 """
 
 from __future__ import annotations
@@ -201,7 +202,7 @@ class Limiter:
         if not self.enabled:  # nothing to count: the library is not even loaded (the hot path's RSS)
             return
         from limits.aio.storage import MemoryStorage, RedisStorage
-        from limits.aio.strategies import SlidingWindowCounterRateLimiter
+        from limits.aio.strategies import MovingWindowRateLimiter, SlidingWindowCounterRateLimiter
 
         if redis is not None:
             storage: Any = RedisStorage(
@@ -215,7 +216,11 @@ class Limiter:
             storage = MemoryStorage()
             self._slots = MemorySlots()
         self._storage = storage
-        self._windows = SlidingWindowCounterRateLimiter(storage)
+        # Requests: a moving window, exact (one entry per request, at most requests_per_minute of
+        # them); tokens: a sliding-window counter (a moving window would keep one entry per token),
+        # whose count is an estimate weighted across the minute boundary.
+        self._requests: Any = MovingWindowRateLimiter(storage)
+        self._tokens: Any = SlidingWindowCounterRateLimiter(storage)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Limiter:
@@ -245,7 +250,7 @@ class Limiter:
                 admission.slots.append(limit)
             for limit in (a for a in applied if a.kind != "concurrent_runs"):
                 cost = 1 if limit.kind == "requests_per_minute" else reserve_tokens
-                if not await self._windows.hit(_item(limit), limit.subject, limit.kind, cost=cost):
+                if not await self._window(limit).hit(_item(limit), limit.subject, limit.kind, cost=cost):
                     raise self._refusal(limit, _why(limit, cost), retry_after=await self._reset_in(limit))
                 if limit.kind == "tokens_per_minute":
                     admission.token_limits.append(limit)
@@ -266,10 +271,10 @@ class Limiter:
         extra = used_tokens - admission.reserved
         for limit in admission.token_limits if extra > 0 else ():
             item = _item(limit)
-            if not await self._windows.hit(item, limit.subject, limit.kind, cost=extra):
-                stats = await self._windows.get_window_stats(item, limit.subject, limit.kind)
+            if not await self._window(limit).hit(item, limit.subject, limit.kind, cost=extra):
+                stats = await self._window(limit).get_window_stats(item, limit.subject, limit.kind)
                 if stats.remaining > 0:
-                    await self._windows.hit(item, limit.subject, limit.kind, cost=stats.remaining)
+                    await self._window(limit).hit(item, limit.subject, limit.kind, cost=stats.remaining)
 
     @asynccontextmanager
     async def admitted(
@@ -282,6 +287,9 @@ class Limiter:
         finally:
             if admission.lease:
                 await self.settle(admission, used_tokens())
+
+    def _window(self, limit: AppliedLimit) -> Any:
+        return self._requests if limit.kind == "requests_per_minute" else self._tokens
 
     async def close(self) -> None:
         timer = getattr(self._storage, "timer", None)
@@ -296,7 +304,7 @@ class Limiter:
             await self._slots.release(limit.subject, admission.lease)
 
     async def _reset_in(self, limit: AppliedLimit) -> float:
-        stats = await self._windows.get_window_stats(_item(limit), limit.subject, limit.kind)
+        stats = await self._window(limit).get_window_stats(_item(limit), limit.subject, limit.kind)
         return max(stats.reset_time - time.time(), 0.0)
 
     def _refusal(self, limit: AppliedLimit, why: str, *, retry_after: float) -> RateLimited:
@@ -313,7 +321,7 @@ class Limiter:
         for kind, suffix in (("requests_per_minute", "requests"), ("tokens_per_minute", "tokens")):
             tightest: tuple[int, float, AppliedLimit] | None = None
             for limit in (a for a in applied if a.kind == kind):
-                stats = await self._windows.get_window_stats(_item(limit), limit.subject, limit.kind)
+                stats = await self._window(limit).get_window_stats(_item(limit), limit.subject, limit.kind)
                 remaining = max(stats.remaining, 0)
                 if tightest is None or remaining < tightest[0]:
                     tightest = (remaining, stats.reset_time, limit)
