@@ -132,16 +132,12 @@ class TracedToolset(Toolset):
             },
         ) as span:
             result = await self.inner.call_tool(call, ctx)
-            _describe_result(span, result)
+            describe_tool_call(span, result)
             return result
 
 
 def describe_tool_call(span: Span, result: ToolResult) -> None:
     """A tool call's span described by its result (its ``meta``: outcome, server, retries…)."""
-    _describe_result(span, result)
-
-
-def _describe_result(span: Span, result: ToolResult) -> None:
     meta: dict[str, Any] = result.meta
     attributes: dict[str, Any] = {
         "hatchway.tool.outcome": str(meta.get("outcome") or ("error" if result.is_error else "ok")),

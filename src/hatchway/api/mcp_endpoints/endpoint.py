@@ -258,7 +258,6 @@ class Endpoint:
                     result = tool_error(message, code="internal_error")
                 is_error = isinstance(result, types.CallToolResult) and bool(result.is_error)
                 describe(ToolResult(output="", is_error=is_error, meta=dict(meta)))
-            result = redact_result(result, ctx) if isinstance(result, BaseModel) else result
             step = call_step(params, result, meta, ctx, (time.monotonic() - started) * 1000)
             scope.end(200, RunResult(steps=[step], tool_calls=1))
         if failure is not None:
@@ -337,11 +336,11 @@ class Endpoint:
             structured_content=structured,
             is_error=result.is_error,
         )
-        relayed = redact_result(relayed, ctx)
-        if cache_key is not None and not result.is_error:  # what the client saw: already redacted
+        if cache_key is not None and not result.is_error:  # the cache may be Redis: kept redacted
             ttl = self.plugin.agent.tool_cache_ttl_seconds
-            await self.gateway.cache.set(cache_key, relayed.model_dump(mode="json", by_alias=True), ttl)
-        return relayed
+            seen = redact_result(relayed, ctx).model_dump(mode="json", by_alias=True)
+            await self.gateway.cache.set(cache_key, seen, ttl)
+        return relayed  # redacted with every other result by the handler (``_redacting``)
 
     def _cache_key(
         self,

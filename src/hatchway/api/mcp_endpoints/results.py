@@ -81,7 +81,7 @@ def call_step(
         "outcome": meta.pop("outcome", "error" if is_error else "ok"),
         "cached": bool(meta.pop("cached", False)),
         "retries": int(meta.pop("retries", 0)),
-        "result_preview": ctx.redact(preview[:500]),
+        "result_preview": ctx.redact(preview)[:500],
         **{k: v for k, v in meta.items() if k != "multi_item"},
     }
     return step
