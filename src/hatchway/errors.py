@@ -12,7 +12,8 @@
     │   ├── TooLarge ........... 413: a request body past its limit
     │   ├── RateLimited ........ 429: a requests-per-minute limit of ``limits:`` (``param`` names it)
     │   │   ├── TokensLimited .. 429: its tokens do not fit a tokens-per-minute limit
-    │   │   └── ConcurrencyLimited  429: as many runs as a concurrency limit allows are in progress
+    │   │   ├── ConcurrencyLimited  429: as many runs as a concurrency limit allows are in progress
+    │   │   └── BudgetExceeded . 429: a USD budget per day or month is spent
     │   │   └── HeadTooLarge ... 431: a request head (line and headers) past its limit
     │   └── ClientGone ......... 499: the client went away before the answer (nothing is sent)
     ├── Unavailable ............ 503 (a capability this process cannot serve right now)
@@ -180,6 +181,13 @@ class ConcurrencyLimited(RateLimited):
     """A ``concurrent_runs`` of ``limits:`` is reached."""
 
     default_code = "concurrency_limit_exceeded"
+
+
+class BudgetExceeded(RateLimited):
+    """A ``budget_usd_per_day`` or ``budget_usd_per_month`` of ``limits:`` is spent; ``retry-after``
+    and ``x-hatchway-budget-reset`` say when its day or month ends."""
+
+    default_code = "budget_exceeded"
 
 
 class ClientGone(RequestError):

@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hatchway.config.settings import Settings
+from hatchway.config.settings import LimitsSettings, Settings
 from hatchway.engine.limits import Limiter
 from hatchway.engine.plan import Planner
 from hatchway.engine.providers.routing import ModelRouter
@@ -37,10 +37,11 @@ from hatchway.responses.service import Responses
 from hatchway.responses.store import ResponseStore
 from hatchway.store.cache import Cache, MemoryCache
 from hatchway.store.db import Database
+from hatchway.store.limit_overrides import LimitOverrides, overlaid
 from hatchway.store.logs import LogWriter, RequestLogStore
 from hatchway.store.orgs import OrgStore
 from hatchway.store.spool import RecordSpool, database_key
-from hatchway.store.usage import UsageStore
+from hatchway.store.usage import UsageStore, spent_since
 from hatchway.tasks import TaskRegistry
 from hatchway.vault import Vault, load_master_key
 
@@ -107,8 +108,16 @@ class Gateway:
         self.log_writer.observers.append(self.telemetry.observe_record)
         self.scopes = RunScopes(self.telemetry, self.log_writer)
         """Every run's lifecycle: gauge, span and record (``engine/run.py``)."""
-        self.limits = Limiter.from_settings(settings)
-        """hatchway.yaml's ``limits:``, checked before a run of the run routes starts."""
+        self.limit_overrides = LimitOverrides(self.db)
+        self.limits = Limiter.from_settings(
+            settings,
+            overrides=self._limits_now,
+            spent_since=lambda limit, since: spent_since(
+                self.db, limit.org_id, since, limit.group, limit.name
+            ),
+        )
+        """hatchway.yaml's ``limits:`` (and ``hatchway limits set``'s), checked before a run of the
+        run routes starts."""
         self.vault = Vault(self.db, load_master_key(settings.master_key_file))
         self.models = ModelRouter(settings, secret_lookup=self.vault.system_secret)
         pool = settings.mcp_pool
@@ -172,6 +181,7 @@ class Gateway:
             orgs=self.orgs,
             settings=settings,
             worker_id=self.replica_id,
+            limits=self.limits,
         )
         self.responses = Responses(
             runner,
@@ -180,11 +190,17 @@ class Gateway:
             follow_seconds=settings.loop_deadline_seconds + settings.response_lease_seconds * 2,
         )
 
+    async def _limits_now(self) -> LimitsSettings:
+        """hatchway.yaml's limits with ``hatchway limits set``'s laid over them."""
+        return overlaid(self.settings.limits, await self.limit_overrides.all())
+
     async def start(self) -> None:
         """Apply migrations and start background writers."""
         await self.db.migrate()
         await self.operations.recover(at_start=True)  # crashed executions → INTERRUPTED, never re-run
         self.log_writer.start()
+        await self.limits.refresh()
+        self.tasks.spawn("limits:refresh", self.limits.keep_refreshing())
         await self.responses.store.fail_expired(RUN_LOST)
         self.tasks.spawn("responses:leases", keep_leases(self.responses.store, self.tasks))
         if self.jobs is not None:

@@ -129,7 +129,7 @@ class ChatCompletionsApp:
                 reserve_tokens=reserved_tokens(
                     extra.get("max_completion_tokens") or extra.get("max_tokens"), len(raw)
                 ),
-                used_tokens=lambda: run.ctx.run.tree_usage().total_tokens,
+                used=lambda: (run.ctx.run.tree_usage().total_tokens, run.ctx.run.tree_cost()),
             )
         )
         plan = await self.gw.planner.plan(PlanRequest(model=body.model), run.ctx, run)

@@ -5,6 +5,7 @@ What a compaction item is and how it is made: ``responses/compaction.py``.
 
 from __future__ import annotations
 
+from contextlib import AsyncExitStack
 from typing import Annotated, Any
 
 import orjson
@@ -16,6 +17,8 @@ from hatchway.api.auth import authenticate, gateway_of
 from hatchway.api.context import run_context
 from hatchway.api.errors import parse_json_body, validate_body
 from hatchway.engine.context import Principal
+from hatchway.engine.limits import Requester, reserved_tokens
+from hatchway.engine.loop import RunResult
 from hatchway.responses.chain import stored_conversation
 from hatchway.responses.compaction import compact, open_compactions
 from hatchway.responses.wire import document_extras, parse_input
@@ -65,14 +68,24 @@ async def compact_response(
 ) -> Response:
     gw = gateway_of(request)
     ctx = run_context(request, principal, gw.settings.loop_deadline_seconds)
-    async with gw.scopes.open("responses.compact", ctx) as scope:
-        body = validate_body(CompactRequest, parse_json_body(await request.body()))
+    async with gw.scopes.open("responses.compact", ctx) as scope, AsyncExitStack() as holds:
+        raw = await request.body()
+        body = validate_body(CompactRequest, parse_json_body(raw))
         scope.model = body.model
+        await holds.enter_async_context(
+            gw.limits.admitted(
+                Requester.of(principal, ctx.on_behalf_of, body.model),
+                reserve_tokens=reserved_tokens(None, len(raw)),
+                used=lambda: (spent.usage.total_tokens, spent.usage.cost_usd),
+            )
+        )
+        spent = RunResult()  # what the summariser's call used, settled when the scope ends
         org_id = principal.org_id
         history, _ = await stored_conversation(gw.responses.store, org_id, body.previous_response_id)
         records = await open_compactions(gw.vault, org_id, [*history, *parse_input(body.input)])
         model = lambda: gw.planner.target(body.model).model  # noqa: E731 - resolved only to summarise
         payload, result = await compact(gw.vault, org_id, model, records, body.instructions)
+        spent.usage = result.usage
         scope.end(200, result)
     return Response(
         orjson.dumps(payload),

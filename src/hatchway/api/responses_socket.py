@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import orjson
@@ -23,8 +25,9 @@ from starlette.responses import Response
 from hatchway.api.auth import authenticate
 from hatchway.api.context import run_context
 from hatchway.api.errors import check_nesting
+from hatchway.api.responses import admit_response, settle_response
 from hatchway.config.loading import validation_problems
-from hatchway.engine.context import Principal
+from hatchway.engine.context import Principal, RunContext
 from hatchway.errors import HatchwayError, InvalidRequest
 from hatchway.gateway import Gateway
 from hatchway.responses.chain import stored_conversation
@@ -118,19 +121,24 @@ class SocketSession:
         """
         self._continued = None
         try:
-            started, history = await self._start(text)
+            started, history, settle = await self._start(text)
         except HatchwayError as exc:
             self._forget(self._continued)
             await self._send(socket_error(exc))
             return
-        await self._stream(started)
+        try:
+            await self._stream(started)
+        finally:
+            await settle()  # the turn's hold on the limits, given back when it ends
         run = started.run
         if run.record.status not in ("completed", "incomplete"):
             self._forget(self._continued)
         elif not run.stored:  # stored responses continue through the store, from any socket
             self._remember(run, history)
 
-    async def _start(self, text: str) -> tuple[StartedRun, list[dict[str, Any]]]:
+    async def _start(
+        self, text: str
+    ) -> tuple[StartedRun, list[dict[str, Any]], Callable[[], Awaitable[None]]]:
         message = _client_event(text)
         previous = message.pop("previous_response_id", None)
         self._continued = previous if isinstance(previous, str) else None
@@ -138,6 +146,18 @@ class SocketSession:
         body.previous_response_id = previous
         check_hosted_tools(body, self.gw.settings.hosted_tools)
         ctx = run_context(self.websocket, self.principal, self.gw.settings.loop_deadline_seconds)
+        admission = await admit_response(self.gw, body, ctx, len(text))
+        settle = functools.partial(settle_response, self.gw, admission, ctx)
+        try:
+            started, history = await self._start_turn(body, ctx, previous)
+        except BaseException:
+            await settle()
+            raise
+        return started, history, settle
+
+    async def _start_turn(
+        self, body: CreateResponseRequest, ctx: RunContext, previous: str | None
+    ) -> tuple[StartedRun, list[dict[str, Any]]]:
         responses = self.gw.responses
         history = self.remembered.get(previous) if previous is not None else None
         if previous is None or (history is None and body.store is not False):

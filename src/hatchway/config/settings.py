@@ -201,8 +201,16 @@ class LimitValues(StrictModel):
     starts, and what it used past that is counted after; one that does not fit is 429
     ``tokens_limit_exceeded``."""
     concurrent_runs: Annotated[int | None, Field(ge=1)] = None
-    """Runs in progress at once (a stream until its end, a background response until it settles);
-    one more is 429 ``concurrency_limit_exceeded``."""
+    """Runs in progress at once (a stream until its end, a background response until it settles,
+    wherever it runs); one more is 429 ``concurrency_limit_exceeded``."""
+    concurrent_background_runs: Annotated[int | None, Field(ge=1)] = None
+    """Background responses queued or running at once (they count in ``concurrent_runs`` too); one
+    more is 429 ``concurrency_limit_exceeded``."""
+    budget_usd_per_day: Annotated[float | None, Field(gt=0)] = None
+    """USD the priced model calls of this scope may cost in a UTC day; once spent, requests are
+    429 ``budget_exceeded`` until midnight UTC (a run in progress finishes)."""
+    budget_usd_per_month: Annotated[float | None, Field(gt=0)] = None
+    """USD in a calendar month (UTC), likewise."""
 
 
 class LimitsSettings(StrictModel):
@@ -220,6 +228,12 @@ class LimitsSettings(StrictModel):
     """By end user (``X-On-Behalf-Of``, or ``"*"``): each end user's own limits, within each organisation."""
     agents: dict[str, LimitValues] = Field(default_factory=dict)
     """By agent name (or ``"*"``): the limits of requests to ``agent:<name>``, within each organisation."""
+    window_seconds: Annotated[int, Field(ge=1, le=3600)] = 60
+    """The length of the "minute" of ``requests_per_minute`` and ``tokens_per_minute``: 60 but in
+    tests, which shorten it rather than wait a minute."""
+    refresh_seconds: Annotated[float, Field(gt=0, le=3600)] = 5.0
+    """How often a gateway reads the limits set with ``hatchway limits set`` (kept in the store, over
+    hatchway.yaml's, key by key)."""
 
 
 DATABASE_DRIVERS = ("sqlite+aiosqlite", "postgresql+asyncpg")

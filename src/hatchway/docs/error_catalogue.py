@@ -70,6 +70,8 @@ MEANINGS: dict[str, str] = {
     "in a `tokens_per_minute` of `limits:`; `param` names it, `retry-after` says when to retry.",
     "concurrency_limit_exceeded": "A `concurrent_runs` of `limits:` is reached: as many runs of that scope "
     "are in progress; `param` names it. Retry when one ends.",
+    "budget_exceeded": "A `budget_usd_per_day` or `budget_usd_per_month` of `limits:` is spent; `param` "
+    "names it, `retry-after` and `x-hatchway-budget-reset` say when its UTC day or month ends.",
     "client_gone": "Not sent: the client went away before the answer. The run log records the run "
     "with HTTP status 499.",
     # -- HTTP: the gateway or its upstream --------------------------------------------------------

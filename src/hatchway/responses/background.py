@@ -26,6 +26,7 @@ import orjson
 
 from hatchway.config.settings import Settings
 from hatchway.engine.context import Principal, RunContext
+from hatchway.engine.limits import Limiter, Requester
 from hatchway.engine.tools.mcp.forwarding import NEVER_FORWARDED
 from hatchway.errors import HatchwayError, NotFound, Unavailable
 from hatchway.responses.runs import ROUTE, ResponseRunner, error_object
@@ -76,8 +77,10 @@ class Background:
         orgs: OrgStore,
         settings: Settings,
         worker_id: str,
+        limits: Limiter,
     ) -> None:
         self.runner = runner
+        self.limits = limits
         self.tasks = tasks
         self.queue = queue
         self.vault = vault
@@ -181,6 +184,25 @@ class Background:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             raise
+        finally:
+            await self._give_back(record.id, body, ctx)
+
+    async def give_back(self, record: ResponseRecord) -> None:
+        """Free what a queued response held of the limits (its slots, under its id) when it ends
+        before any worker took it (cancelled while queued)."""
+        try:
+            job = await self.runner.store.job(record.id)
+            ctx = await self._context(record, job)
+        except HatchwayError:
+            return  # its slots free themselves when their lease expires
+        await self._give_back(record.id, CreateResponseRequest.model_validate({**job.body, "input": []}), ctx)
+
+    async def _give_back(self, response_id: str, body: CreateResponseRequest, ctx: RunContext) -> None:
+        """The accepting replica admitted the response with its id as the lease (``api/responses.py``);
+        whoever ends it settles it, with what its run tree used."""
+        who = Requester.of(ctx.principal, ctx.on_behalf_of, body.model, background=True)
+        held = self.limits.held(who, response_id)
+        await self.limits.settle(held, ctx.run.tree_usage().total_tokens, ctx.run.tree_cost())
 
     async def _run(self, body: CreateResponseRequest, ctx: RunContext, record: ResponseRecord) -> None:
         scopes = self.runner.scopes

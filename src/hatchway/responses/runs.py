@@ -111,7 +111,7 @@ class ResponseRunner:
         self, body: CreateResponseRequest, ctx: RunContext, *, parent_id: str | None = None
     ) -> RunScope:
         """The scope of a new response: its id is given to ``ctx`` now, so the record can name it."""
-        ctx.response_id = new_id("resp")
+        ctx.response_id = ctx.response_id or new_id("resp")  # given already when admitted for the queue
         return self.scopes.open(
             ROUTE, ctx, model=body.model, response_id=ctx.response_id, parent_id=parent_id
         )

@@ -87,6 +87,8 @@ class Responses:
             )
         if record.status in ACTIVE and await self.store.cancel(record.id):
             await self._stop(record.id)
+            if record.status == "queued" and self.background.queue is not None:
+                await self.background.give_back(record)  # no worker took it: its limits are freed here
         record = await self.store.get(org_id, response_id)
         if record.status != "cancelled":
             raise Conflict(
@@ -99,8 +101,10 @@ class Responses:
         """Delete a response (a running one is cancelled first)."""
         record = await self.store.get(org_id, response_id)
         if record.status in ACTIVE:
-            await self.store.cancel(record.id)
+            cancelled = await self.store.cancel(record.id)
             await self._stop(record.id)
+            if cancelled and record.status == "queued" and self.background.queue is not None:
+                await self.background.give_back(record)
         await self.store.delete(org_id, response_id)
 
     async def _stop(self, response_id: str) -> None:

@@ -140,3 +140,17 @@ def usage_to_dict(report: UsageReport, query: UsageQuery) -> dict[str, Any]:
         "totals": report.totals.to_dict(None),
         "has_more": report.has_more,
     }
+
+
+async def spent_since(
+    db: Database, org_id: str, since: datetime, group: str | None = None, name: str | None = None
+) -> float:
+    """USD of an organisation's records since ``since`` (of one key, end user or agent: ``group`` of
+    ``USAGE_GROUPS`` and its value): where a budget's count starts (``engine/budgets.py``)."""
+    where = [RequestLog.org_id == org_id, RequestLog.created_at >= since]
+    if group is not None:
+        where.append(USAGE_GROUPS[group] == name)
+    async with db.session() as s:
+        return float(
+            await s.scalar(select(func.coalesce(func.sum(RequestLog.cost_usd), 0.0)).where(*where)) or 0.0
+        )
