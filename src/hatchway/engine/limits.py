@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from hatchway.config.settings import LimitsSettings, LimitValues, Settings
 from hatchway.engine.budgets import MemorySpend, Period, RedisSpend, window
@@ -37,14 +37,7 @@ Kind = Literal[
     "budget_usd_per_day",
     "budget_usd_per_month",
 ]
-KINDS: tuple[Kind, ...] = (
-    "requests_per_minute",
-    "tokens_per_minute",
-    "concurrent_runs",
-    "concurrent_background_runs",
-    "budget_usd_per_day",
-    "budget_usd_per_month",
-)
+KINDS: tuple[Kind, ...] = get_args(Kind)
 _SLOTS: tuple[Kind, ...] = ("concurrent_runs", "concurrent_background_runs")
 _WINDOWS: tuple[Kind, ...] = ("requests_per_minute", "tokens_per_minute")
 _BUDGETS: dict[Kind, Period] = {"budget_usd_per_day": "day", "budget_usd_per_month": "month"}
