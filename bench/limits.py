@@ -10,9 +10,8 @@ process, then the latency it adds to a pass-through chat completion at concurren
    same on Redis (its own key prefix, its keys deleted after); and in process with
    ``budget_usd_per_day`` at both scopes too (a seed returning 0.0, as if the request log were
    empty). Between two calls the event loop idles ``--gap-ms`` (as a server's does between two
-   requests), outside the timed part: what the ``limits`` library schedules then (the memory
-   storage's expiry, in a thread) is not in the per-call latency but is in the CPU per request,
-   measured over the whole loop with every thread of the process (Redis's own CPU is not counted).
+   requests), outside the timed part; the CPU per request is measured over the whole loop with
+   every thread of the process (Redis's own CPU is not counted).
 2. End to end: a fixed-latency upstream and, each its own ``hatchway serve`` (one worker, SQLite),
    a gateway without ``limits:``, one with the limits above in process, and, with Redis, one with
    ``redis_url`` and no limits and one with ``redis_url`` and the limits (so the Redis pair differs
@@ -25,8 +24,7 @@ Prints both tables and the target (≤ 0.1 ms p50 added at concurrency 1 in proc
 unless ``--json PATH``. About 100 s at the defaults on 2 cores. The Redis is ``--redis-url``
 (``HATCHWAY_TEST_REDIS_URL``, else redis://127.0.0.1:6379/0); when it does not answer, its rows are
 skipped.
-Run it as a module: run as a file, bench/ would be on sys.path and this file would shadow the
-``limits`` library.
+Run it as a module (``python -m bench.limits``).
 """
 
 from __future__ import annotations
@@ -53,7 +51,8 @@ from bench.passthrough import BODY
 from bench.stack import Server, Stack, running, start_upstream
 from hatchway.config.settings import LimitsSettings, LimitValues
 from hatchway.engine.context import Principal
-from hatchway.engine.limits import Limiter, Requester, reserved_tokens
+from hatchway.engine.limit_scopes import Requester, reserved_tokens
+from hatchway.engine.limits import Limiter
 
 TARGET_MS = 0.1
 """Added p50 at concurrency 1 with the limits in process, end to end."""

@@ -141,10 +141,11 @@ def test_limits_hold_across_two_replicas_behind_one_address(
             hammer.join(timeout=30)
         assert calm_answers == ["ok"] * 10
 
-        # Tokens per minute: a request reserves max_tokens plus its input; the next does not fit.
+        # Tokens per minute: a request reserves max_tokens plus its input (then what it used, 18,
+        # is counted); the next, whose reservation does not fit beside them, is refused.
         tpm = client("tpm")
         assert chat(tpm, max_tokens=60).headers["x-ratelimit-limit-tokens"] == "100"
-        refused = _refusal(lambda: chat(tpm, max_tokens=60))
+        refused = _refusal(lambda: chat(tpm, max_tokens=90))
         assert refused is not None and refused.code == "tokens_limit_exceeded"
         assert (
             "x-ratelimit-remaining-tokens" in refused.response.headers

@@ -6,7 +6,8 @@ import pytest
 
 from hatchway.config.settings import LimitsSettings
 from hatchway.engine.context import Principal
-from hatchway.engine.limits import Limiter, Requester, applied_limits, duration, reserved_tokens
+from hatchway.engine.limit_scopes import Requester, applied_limits, reserved_tokens
+from hatchway.engine.limits import Limiter, duration
 from hatchway.errors import ConcurrencyLimited, TokensLimited
 
 ACME = Principal(org_id="org_1", org_name="acme", key_id="key_1", key_name="ci")
@@ -71,4 +72,21 @@ async def test_tokens_used_past_the_reservation_are_counted_after_the_run() -> N
     assert refused.value.code == "tokens_limit_exceeded"
     assert int(refused.value.headers["retry-after"]) >= 1
     await limiter.settle(await limiter.admit(who, reserve_tokens=30), used_tokens=0)  # exactly fits
+    await limiter.close()
+
+
+@pytest.mark.anyio
+async def test_a_reservation_not_used_is_given_back_and_a_refused_request_counts_nowhere() -> None:
+    limiter = Limiter(_limits(defaults={"tokens_per_minute": 100}, keys={"*": {"tokens_per_minute": 50}}))
+    who = Requester(ACME)
+    admission = await limiter.admit(who, reserve_tokens=45)
+    assert admission.headers["x-ratelimit-remaining-tokens"] == "5"  # the key's, the tightest
+    await limiter.settle(admission, used_tokens=5)
+    with pytest.raises(TokensLimited) as refused:
+        await limiter.admit(who, reserve_tokens=46)  # 5 + 46 > 50 for the key
+    assert refused.value.param == "limits.keys.*.tokens_per_minute"
+    assert refused.value.headers["x-ratelimit-remaining-tokens"] == "45"
+    other_key = Requester(Principal(org_id="org_1", org_name="acme", key_id="key_2", key_name="cd"))
+    # The organisation counted the 5 used, not the refused 46: 5 + 50 fits its 100 (the new key's 50 too).
+    await limiter.settle(await limiter.admit(other_key, reserve_tokens=50), used_tokens=50)
     await limiter.close()

@@ -19,7 +19,7 @@ from hatchway.api.errors import parse_json_body, validate_body
 from hatchway.api.sse import DONE, SSE_HEADERS, data_event
 from hatchway.engine.context import RunContext
 from hatchway.engine.items import FunctionCall, Item, ToolSpec
-from hatchway.engine.limits import Requester, reserved_tokens
+from hatchway.engine.limit_scopes import Requester, reserved_tokens
 from hatchway.engine.loop import (
     AgentLoop,
     LoopEvent,

@@ -17,7 +17,8 @@ from hatchway.api.context import budget_header, run_context
 from hatchway.api.errors import json_error, parse_json_body, validate_body
 from hatchway.api.sse import SSE_HEADERS, typed_event
 from hatchway.engine.context import Principal, RunContext
-from hatchway.engine.limits import Admission, Requester, reserved_tokens
+from hatchway.engine.limit_scopes import Requester, reserved_tokens
+from hatchway.engine.limits import Admission
 from hatchway.engine.tools.mcp.forwarding import dropped_headers_header
 from hatchway.errors import HatchwayError, InvalidRequest, RateLimited
 from hatchway.gateway import Gateway

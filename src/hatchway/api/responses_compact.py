@@ -17,7 +17,7 @@ from hatchway.api.auth import authenticate, gateway_of
 from hatchway.api.context import run_context
 from hatchway.api.errors import parse_json_body, validate_body
 from hatchway.engine.context import Principal
-from hatchway.engine.limits import Requester, reserved_tokens
+from hatchway.engine.limit_scopes import Requester, reserved_tokens
 from hatchway.engine.loop import RunResult
 from hatchway.responses.chain import stored_conversation
 from hatchway.responses.compaction import compact, open_compactions

@@ -193,7 +193,7 @@ class LimitValues(StrictModel):
     """What one scope may use; a key left out is not limited at that scope (docs/limits.md, "Limits")."""
 
     requests_per_minute: Annotated[int | None, Field(ge=1)] = None
-    """Requests to ``/v1/chat/completions`` and ``/v1/responses`` in any minute (a sliding window);
+    """Requests to ``/v1/chat/completions`` and ``/v1/responses`` in any minute (a moving window);
     the next one is 429 ``rate_limit_exceeded``."""
     tokens_per_minute: Annotated[int | None, Field(ge=1)] = None
     """Model tokens, input + output of every round, in any minute: a request reserves its

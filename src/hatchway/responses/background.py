@@ -26,7 +26,8 @@ import orjson
 
 from hatchway.config.settings import Settings
 from hatchway.engine.context import Principal, RunContext
-from hatchway.engine.limits import Limiter, Requester
+from hatchway.engine.limit_scopes import Requester
+from hatchway.engine.limits import Limiter
 from hatchway.engine.tools.mcp.forwarding import NEVER_FORWARDED
 from hatchway.errors import HatchwayError, NotFound, Unavailable
 from hatchway.responses.runs import ROUTE, ResponseRunner, error_object
