@@ -1,4 +1,5 @@
-"""The only fake in the suite: a scripted OpenAI-compatible upstream served over real HTTP.
+"""The only fake in the suite: a scripted upstream served over real HTTP, speaking OpenAI's Chat
+Completions, Anthropic's Messages (``/v1/messages``) and Gemini's ``generateContent``.
 
 Queue replies with ``reply()`` (or set ``handler`` to decide from each request); every request
 body received is kept in ``requests``. Streaming requests get the same reply as SSE chunks. The
@@ -18,7 +19,6 @@ from typing import Any
 from hatchway.demo import upstream
 from tests.support.servers import ServerThread
 
-CHAT_ROUTE = ("POST", "/v1/chat/completions")
 
 
 @dataclass
@@ -31,7 +31,7 @@ class Reply(upstream.Reply):
 
 
 class ScriptedLLM:
-    """An OpenAI-compatible ``/v1/chat/completions`` that answers from a script."""
+    """``/v1/chat/completions``, ``/v1/messages`` and ``/v1beta/models/…`` answering from one script."""
 
     def __init__(self, **server_config: Any) -> None:
         """``server_config`` goes to uvicorn (e.g. ``timeout_keep_alive``)."""
@@ -42,7 +42,9 @@ class ScriptedLLM:
         self.handler: Callable[[dict[str, Any]], Reply] | None = None
         """When set, decides every reply from the request body (used when requests run in parallel)."""
         self.default: Reply | None = None
-        app = self._recording_headers(upstream.ScriptedUpstream(self._decide))
+        self.paths: list[str] = []
+        """Each request's path (a Gemini request names its model and method there)."""
+        app = self._recording_headers(upstream.ScriptedUpstream(self._decide, anthropic=True, gemini=True))
         self.server = ServerThread(app, **server_config)
 
     @property
@@ -74,10 +76,11 @@ class ScriptedLLM:
 
     def _recording_headers(self, app: upstream.ScriptedUpstream) -> Any:
         async def recording(scope: dict[str, Any], receive: Any, send: Any) -> None:
-            if scope["type"] == "http" and (scope["method"], scope["path"]) == CHAT_ROUTE:
+            if scope["type"] == "http" and scope["method"] == "POST":
                 headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
                 with self._lock:
                     self.headers.append(headers)
+                    self.paths.append(scope["path"])
             await app(scope, receive, send)
 
         return recording

@@ -20,12 +20,18 @@ _ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
 
 class ProviderConfig(StrictModel):
-    """One upstream, OpenAI-compatible model endpoint."""
+    """One upstream model endpoint: OpenAI-compatible, Anthropic's Messages API or Google Gemini."""
 
     id: Annotated[str, Field(pattern=_ID)]
     """Names the provider in ``models[].provider`` and in ``<id>/<upstream model>``."""
+    type: Literal["openai", "anthropic", "gemini"] = "openai"
+    """The upstream's API (docs/providers.md): ``openai`` (Chat Completions at
+    ``{base_url}/chat/completions``), ``anthropic`` (Messages at ``{base_url}/messages``, the key as
+    ``x-api-key``) or ``gemini`` (``{base_url}/models/<model>:generateContent``, the key as
+    ``x-goog-api-key``)."""
     base_url: str
-    """The endpoint's OpenAI-compatible base URL (``…/v1``); ``/chat/completions`` is appended."""
+    """The endpoint's base URL: ``https://api.openai.com/v1``, ``https://api.anthropic.com/v1``,
+    ``https://generativelanguage.googleapis.com/v1beta``, or any compatible server's."""
     api_key: str | None = None
     """A literal key, ``env:NAME`` (read from the environment) or ``secret.<name>`` (from the vault)."""
     timeout_seconds: Annotated[float, Field(gt=0)] = 120.0

@@ -10,7 +10,10 @@ all this app with their own ``decide``.
   text, then each tool call's head and arguments, ``chunk_size`` characters at a time; the usage
   when ``stream_options.include_usage`` asks; ``[DONE]``);
 - ``POST /v1/responses`` (``responses=True``): a minimal, non-streaming Responses API object;
-- ``GET /v1/models`` (``models=[...]``): the list.
+- ``GET /v1/models`` (``models=[...]``): the list;
+- ``POST /v1/messages`` (``anthropic=True``): Anthropic's Messages API, a message or its stream of
+  events; ``POST /v1beta/models/<model>:generateContent`` and ``:streamGenerateContent?alt=sse``
+  (``gemini=True``): Gemini's (``demo/vendor_wire.py``), each failing in its vendor's error shape.
 
 A reply can wait (``delay``, cut short when the caller hangs up, as a real upstream stops), fail
 (``status`` and ``error``, in OpenAI's error body) or answer bytes as they are (``raw_body``).
@@ -25,6 +28,8 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from hatchway.demo import vendor_wire
 
 ToolCall = tuple[str, dict[str, Any]] | tuple[str, dict[str, Any], str]
 """``(name, arguments)`` or ``(name, arguments, call_id)``."""
@@ -48,6 +53,9 @@ class Reply:
     """Characters per streamed delta, of the text and of each tool call's arguments."""
     raw_body: bytes | None = None
     """Sent as it is (``application/json``, with ``status``), whatever the request asked."""
+    cached_tokens: int = 0
+    """Prompt tokens read from the prompt cache (Anthropic's ``cache_read_input_tokens``, Gemini's
+    ``cachedContentTokenCount``), on top of ``prompt_tokens``."""
 
 
 Decide = Callable[[dict[str, Any]], Reply | Awaitable[Reply]]
@@ -160,7 +168,8 @@ def error_body(message: str) -> dict[str, Any]:
 
 _JSON = b"application/json"
 _SSE = b"text/event-stream; charset=utf-8"
-_CHAT, _RESPONSES, _MODELS = "chat", "responses", "models"
+_CHAT, _RESPONSES, _MODELS, _ANTHROPIC, _GEMINI = "chat", "responses", "models", "anthropic", "gemini"
+_GEMINI_PREFIX = "/v1beta/models/"
 
 
 class ScriptedUpstream:
@@ -173,6 +182,8 @@ class ScriptedUpstream:
         model: str | None = None,
         models: Sequence[str] = (),
         responses: bool = False,
+        anthropic: bool = False,
+        gemini: bool = False,
     ) -> None:
         """Answer every request with ``decide``'s reply.
 
@@ -181,12 +192,17 @@ class ScriptedUpstream:
             model: the model every answer names (default: the request's ``model``).
             models: listed by ``GET /v1/models`` (none: that route is not served).
             responses: also serve ``POST /v1/responses``.
+            anthropic: also serve ``POST /v1/messages``.
+            gemini: also serve ``POST /v1beta/models/<model>:generateContent`` (and streamed).
         """
         self.decide = decide
         self.model = model
         self._routes = {("POST", "/v1/chat/completions"): _CHAT}
         if responses:
             self._routes["POST", "/v1/responses"] = _RESPONSES
+        if anthropic:
+            self._routes["POST", "/v1/messages"] = _ANTHROPIC
+        self._gemini = gemini
         if models:
             self._routes["GET", "/v1/models"] = _MODELS
             listed = [{"id": name, "object": "model"} for name in models]
@@ -199,15 +215,21 @@ class ScriptedUpstream:
         if scope["type"] != "http":
             return
         route = self._routes.get((scope["method"], scope["path"]))
+        model_in_path = None
+        if route is None and self._gemini and scope["path"].startswith(_GEMINI_PREFIX):
+            route, model_in_path = _GEMINI, scope["path"][len(_GEMINI_PREFIX) :].partition(":")
         if route is None:
             missing = f"scripted upstream: no route {scope['method']} {scope['path']}"
             await _send(send, 404, json_bytes(error_body(missing)))
         elif route == _MODELS:
             await _send(send, 200, self._model_list)
         else:
-            await self._answer(route, receive, send)
+            model, _, method = model_in_path or (None, "", "")
+            await self._answer(route, receive, send, model, method == "streamGenerateContent")
 
-    async def _answer(self, route: str, receive: Receive, send: Send) -> None:
+    async def _answer(
+        self, route: str, receive: Receive, send: Send, path_model: str | None, path_stream: bool
+    ) -> None:
         raw = await _read_body(receive)
         if raw is None:  # the caller hung up first
             return
@@ -221,9 +243,11 @@ class ScriptedUpstream:
             reply = await reply
         if reply.delay and not await _wait_unless_disconnected(receive, reply.delay):
             return
-        model = self.model or body.get("model", "scripted")
+        model = self.model or path_model or body.get("model", "scripted")
         if reply.raw_body is not None:
             await _send(send, reply.status, reply.raw_body)
+        elif route in (_ANTHROPIC, _GEMINI):
+            await _vendor_answer(route, send, reply, bool(body.get("stream") or path_stream), model)
         elif reply.status >= 400:
             await _send(send, reply.status, json_bytes(error_body(reply.error or "error")))
         elif route == _RESPONSES:
@@ -233,6 +257,30 @@ class ScriptedUpstream:
             await _stream(send, chunks(reply, completion(reply, model), include_usage))
         else:
             await _send(send, 200, json_bytes(completion(reply, model)))
+
+
+async def _vendor_answer(route: str, send: Send, reply: Reply, stream: bool, model: str) -> None:
+    if route == _ANTHROPIC:
+        if reply.status >= 400:
+            await _send(
+                send,
+                reply.status,
+                json_bytes(vendor_wire.anthropic_error(reply.status, reply.error or "error")),
+            )
+        elif stream:
+            message = vendor_wire.anthropic_message(reply, model)
+            await _stream_events(send, vendor_wire.anthropic_events(reply, message))
+        else:
+            await _send(send, 200, json_bytes(vendor_wire.anthropic_message(reply, model)))
+    elif reply.status >= 400:
+        await _send(
+            send, reply.status, json_bytes(vendor_wire.gemini_error(reply.status, reply.error or "error"))
+        )
+    elif stream:
+        chunks = vendor_wire.gemini_chunks(reply, vendor_wire.gemini_response(reply, model))
+        await _stream_events(send, [(None, chunk) for chunk in chunks])
+    else:
+        await _send(send, 200, json_bytes(vendor_wire.gemini_response(reply, model)))
 
 
 async def _read_body(receive: Receive) -> bytes | None:
@@ -287,6 +335,16 @@ async def _stream(send: Send, parts: list[dict[str, Any]]) -> None:
         frame = b"data: " + json_bytes(part) + b"\n\n"
         await send({"type": "http.response.body", "body": frame, "more_body": True})
     await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
+
+
+async def _stream_events(send: Send, events: list[tuple[str | None, dict[str, Any]]]) -> None:
+    """Server-sent events with an ``event:`` line when named (Anthropic's), else data only."""
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", _SSE)]})
+    for name, data in events:
+        head = b"event: %s\n" % name.encode() if name else b""
+        frame = head + b"data: " + json_bytes(data) + b"\n\n"
+        await send({"type": "http.response.body", "body": frame, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
 
 
 async def answer_lifespan(receive: Receive, send: Send) -> None:

@@ -9,8 +9,11 @@ from functools import partial
 
 from hatchway.config.settings import Settings
 from hatchway.engine.pricing import PriceTable
+from hatchway.engine.providers.anthropic import AnthropicProvider
 from hatchway.engine.providers.base import ModelProvider
+from hatchway.engine.providers.gemini import GeminiProvider
 from hatchway.engine.providers.openai_compat import OpenAICompatProvider
+from hatchway.engine.providers.pooled import PooledProvider
 from hatchway.engine.providers.priced import PricedProvider
 from hatchway.errors import ConfigError, ModelNotFound
 from hatchway.observability.redaction import Redactor
@@ -22,6 +25,13 @@ class ResolvedModel:
     provider: ModelProvider
     upstream_model: str
 
+
+PROVIDER_TYPES: dict[str, type[PooledProvider]] = {
+    "openai": OpenAICompatProvider,
+    "anthropic": AnthropicProvider,
+    "gemini": GeminiProvider,
+}
+"""``providers[].type`` → its client."""
 
 SecretLookup = Callable[[str], Awaitable[str]]
 """``secret.<name>`` → its value (the vault's ``system`` organisation); raises when it is missing."""
@@ -60,7 +70,7 @@ class ModelRouter:
                         "hatchway.yaml", [(f"providers[{i}].api_key", "secret.<name> needs the vault")]
                     )
                 key_source = partial(secret_lookup, cfg.api_key)
-            client = OpenAICompatProvider(
+            client = PROVIDER_TYPES[cfg.type](
                 cfg.id,
                 cfg.base_url,
                 api_key=resolve_api_key(cfg.api_key),

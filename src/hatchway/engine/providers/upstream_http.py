@@ -304,6 +304,8 @@ class UpstreamPool:
         host = f"[{self._host}]" if ":" in self._host else self._host
         self._authority = host if default_port else f"{host}:{self._port}"
         self._target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        self._base_path = parts.path.rstrip("/")
+        self._request_line = f"POST {self._target} HTTP/1.1".encode("latin-1")
         self._headers = {
             "user-agent": f"hatchway/{__version__}",
             "accept-encoding": "identity",
@@ -321,8 +323,10 @@ class UpstreamPool:
         self._head = self._build_head()
 
     def _build_head(self) -> bytes:
+        """The request's head after its request line (``POST <target> HTTP/1.1``), up to the
+        content length's value."""
         # A configured ``host`` header (an ingress reached by address) replaces the URL's authority.
-        lines = [f"POST {self._target} HTTP/1.1", f"host: {self._headers.get('host', self._authority)}"]
+        lines = [f"\r\nhost: {self._headers.get('host', self._authority)}"]
         for name, value in self._headers.items():
             if any(c in name or c in value for c in "\r\n\0"):
                 # never echo the value: it may be the API key
@@ -331,9 +335,16 @@ class UpstreamPool:
                 lines.append(f"{name}: {value}")
         return ("\r\n".join(lines) + "\r\ncontent-length: ").encode("latin-1")
 
-    async def post(self, body: bytes) -> UpstreamResponse:
-        """Send ``body`` and wait for the response's head (status and headers)."""
-        request = b"%s%d\r\n\r\n%s" % (self._head, len(body), body)
+    async def post(self, body: bytes, path: str | None = None) -> UpstreamResponse:
+        """Send ``body`` and wait for the response's head (status and headers).
+
+        ``path``: appended to the URL's path for this request (``/models/m:generateContent``)."""
+        target = self._request_line
+        if path is not None:
+            if any(c in path for c in "\r\n\0 ") or not path.isascii():
+                raise ValueError("the upstream path contains a space, a line break or a non-ASCII character")
+            target = f"POST {self._base_path}{path} HTTP/1.1".encode()
+        request = b"%s%s%d\r\n\r\n%s" % (target, self._head, len(body), body)
         await self._slots.acquire()
         try:
             conn = self._take_idle()
