@@ -20,7 +20,6 @@ from hatchway.demo import upstream
 from tests.support.servers import ServerThread
 
 
-
 @dataclass
 class Reply(upstream.Reply):
     """``hatchway.demo.upstream.Reply`` (text, tool_calls, delay, status, error, prompt_tokens,
