@@ -249,9 +249,18 @@ class ProviderTimeout(ProviderError):
 class ProviderStatusError(ProviderError):
     """The upstream answered with an error status; 4xx are passed through as-is."""
 
-    def __init__(self, status: int, message: str, *, body: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        body: dict[str, Any] | None = None,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message, code=f"upstream_{status}")
         self.upstream_status = status
+        self.retry_after = retry_after
+        """The upstream's ``retry-after``, in seconds (a 429's or a 503's), when it sent one."""
         self.status_code = status if 400 <= status < 500 else 502
         self.body = body
         if 400 <= status < 500:

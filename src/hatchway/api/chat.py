@@ -161,9 +161,16 @@ async def read_body(receive: Receive) -> bytes:
             return b"".join(chunks)
 
 
+SERVED_BY_HEADER = "x-hatchway-served-by"
+"""``<provider>/<upstream model>`` that answered, for a model with several targets or fallbacks."""
+
+
 def _run_headers(result: RunResult, run: RunScope) -> dict[str, str]:
     headers = {"x-hatchway-request-id": run.log_id, "x-hatchway-rounds": str(result.rounds)}
     headers.update(dropped_headers_header(run.ctx.run.dropped_headers))
+    served_by = result.last_response.served_by if result.last_response is not None else None
+    if served_by is not None:  # which of a model's targets answered (its last call)
+        headers[SERVED_BY_HEADER] = served_by
     if result.max_rounds_hit:
         headers["x-hatchway-max-rounds-hit"] = "true"
     headers.update(budget_header(run.ctx))

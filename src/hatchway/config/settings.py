@@ -76,23 +76,77 @@ class ModelPrice(StrictModel):
     """Prompt tokens the upstream read from its prompt cache; ``input_per_mtok`` when omitted."""
 
 
-class ModelConfig(StrictModel):
-    """A public model name and the provider model it maps to."""
+class ModelTarget(StrictModel):
+    """One deployment a public model can be served by (docs/providers.md, "Routing")."""
 
-    name: str
-    """The public name clients send as ``model`` (listed by ``GET /v1/models``)."""
     provider: str
     """A ``providers[].id``."""
     upstream_model: str | None = None
+    """The provider's own model name; the public ``name`` when omitted."""
+    weight: Annotated[float, Field(gt=0)] = 1.0
+    """Its share of the calls, against the other targets' weights."""
+
+
+class ModelConfig(StrictModel):
+    """A public model name and the provider model (or models) it maps to."""
+
+    name: str
+    """The public name clients send as ``model`` (listed by ``GET /v1/models``)."""
+    provider: str | None = None
+    """A ``providers[].id`` (or ``targets`` instead, for several)."""
+    upstream_model: str | None = None
     """The provider's own model name; ``name`` when omitted."""
+    targets: list[ModelTarget] = Field(default_factory=list)
+    """Several deployments instead of ``provider``: each call goes to one, picked by ``weight``
+    among those whose circuit is closed; on a failure before the first byte, the next."""
+    fallbacks: list[str] = Field(default_factory=list)
+    """Public model names (other ``models[]`` entries) tried in order when every target failed
+    with a 429, a 5xx, a timeout or a connection error (their own fallbacks are not followed)."""
     price: ModelPrice | None = None
     """Its price, over genai-prices' (which prices only the models it knows): every call to this
     provider's ``upstream_model`` costs this, whatever public name it was asked by. Without either,
     a call's cost is unknown (null in the run log)."""
 
+    @model_validator(mode="after")
+    def _one_way(self) -> ModelConfig:
+        if (self.provider is None) == (not self.targets):
+            raise ValueError("give either provider (with upstream_model) or targets, not both")
+        if self.targets and self.upstream_model is not None:
+            raise ValueError("upstream_model goes in each of targets[]")
+        return self
+
     @property
     def target(self) -> str:
         return self.upstream_model or self.name
+
+    def deployments(self) -> list[ModelTarget]:
+        """Its targets: ``targets``, or the one that ``provider`` and ``upstream_model`` name."""
+        if self.targets:
+            named = [
+                t.model_copy(update={"upstream_model": t.upstream_model or self.name}) for t in self.targets
+            ]
+            return named
+        return [ModelTarget(provider=self.provider or "", upstream_model=self.target)]
+
+
+class FailoverSettings(StrictModel):
+    """How a model call is tried again, on the same target and then the next (docs/providers.md)."""
+
+    retries: Annotated[int, Field(ge=0, le=10)] = 1
+    """Further attempts on the same target after a 429, a 5xx, a timeout or a connection error
+    before its first byte, before the next target is tried."""
+    backoff_seconds: Annotated[float, Field(ge=0)] = 0.25
+    """The first retry's wait (doubled each time, with full jitter)."""
+    max_backoff_seconds: Annotated[float, Field(ge=0)] = 4.0
+    """The longest backoff between two attempts."""
+    max_retry_after_seconds: Annotated[float, Field(ge=0)] = 10.0
+    """An upstream's ``retry-after`` is honoured up to this; one that asks more moves on to the
+    next target at once."""
+    breaker_failures: Annotated[int, Field(ge=1)] = 5
+    """Consecutive failures of a target that open its circuit (it is skipped)."""
+    breaker_open_seconds: Annotated[float, Field(gt=0)] = 30.0
+    """How long an open circuit skips its target; then one call probes it (half-open), and closes
+    it again on success."""
 
 
 class RuleMatch(StrictModel):
@@ -389,6 +443,8 @@ class Settings(StrictModel):
     """Upstream OpenAI-compatible endpoints; at least one."""
     models: list[ModelConfig] = Field(default_factory=list)
     """Public model names mapped to provider models."""
+    failover: FailoverSettings = Field(default_factory=FailoverSettings)
+    """Retries, fallbacks and circuit breakers of model calls (docs/providers.md, "Routing")."""
     routing_rules: list[RoutingRule] = Field(default_factory=list)
     """Bind a plugin to requests by model name, without a header."""
     agents: list[AgentConfig] = Field(default_factory=list)
@@ -510,20 +566,7 @@ class Settings(StrictModel):
             if pid in seen:
                 raise ValueError(f"providers[{i}].id: duplicate provider id {pid!r}")
             seen.add(pid)
-        prices: dict[tuple[str, str], int] = {}
-        for i, model in enumerate(self.models):
-            if model.provider not in seen:
-                raise ValueError(
-                    f"models[{i}].provider: unknown provider {model.provider!r} (known: {', '.join(ids)})"
-                )
-            if model.price is None:
-                continue
-            first = prices.setdefault((model.provider, model.target), i)
-            if self.models[first].price != model.price:
-                raise ValueError(
-                    f"models[{i}].price: models[{first}] prices the same upstream model "
-                    f"({model.provider}/{model.target}) differently; give them one price"
-                )
+        _check_models(self.models, ids)
         names = [a.name for a in self.agents]
         if len(names) != len(set(names)):
             raise ValueError("agents: agent names must be unique")
@@ -570,3 +613,30 @@ def load_settings(path: str | Path = DEFAULT_CONFIG_PATH) -> Settings:
     settings = load_yaml_model(Settings, path)
     settings._config_dir = Path(path).resolve().parent
     return apply_env_overrides(settings)
+
+
+def _check_models(models: list[ModelConfig], provider_ids: list[str]) -> None:
+    """Every model's providers exist, its fallbacks are other models, and no two entries price one
+    upstream model differently."""
+    prices: dict[tuple[str, str], int] = {}
+    names = {m.name for m in models}
+    for i, model in enumerate(models):
+        for j, target in enumerate(model.deployments()):
+            where = f"models[{i}].targets[{j}].provider" if model.targets else f"models[{i}].provider"
+            if target.provider not in provider_ids:
+                known = ", ".join(provider_ids)
+                raise ValueError(f"{where}: unknown provider {target.provider!r} (known: {known})")
+            if model.price is None:
+                continue
+            key = (target.provider, target.upstream_model or model.name)
+            first = prices.setdefault(key, i)
+            if models[first].price != model.price:
+                raise ValueError(
+                    f"models[{i}].price: models[{first}] prices the same upstream model "
+                    f"({key[0]}/{key[1]}) differently; give them one price"
+                )
+        for j, fallback in enumerate(model.fallbacks):
+            if fallback not in names or fallback == model.name:
+                raise ValueError(
+                    f"models[{i}].fallbacks[{j}]: {fallback!r} is not another models[] entry's name"
+                )

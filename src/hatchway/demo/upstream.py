@@ -53,6 +53,8 @@ class Reply:
     """Characters per streamed delta, of the text and of each tool call's arguments."""
     raw_body: bytes | None = None
     """Sent as it is (``application/json``, with ``status``), whatever the request asked."""
+    abort_after: int | None = None
+    """Streamed: send this many chunks, then drop the connection (an upstream dying mid-answer)."""
     cached_tokens: int = 0
     """Prompt tokens read from the prompt cache (Anthropic's ``cache_read_input_tokens``, Gemini's
     ``cachedContentTokenCount``), on top of ``prompt_tokens``."""
@@ -254,7 +256,8 @@ class ScriptedUpstream:
             await _send(send, 200, json_bytes(response(reply, model)))
         elif body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            await _stream(send, chunks(reply, completion(reply, model), include_usage))
+            parts = chunks(reply, completion(reply, model), include_usage)
+            await _stream(send, parts if reply.abort_after is None else parts[: reply.abort_after], reply)
         else:
             await _send(send, 200, json_bytes(completion(reply, model)))
 
@@ -329,11 +332,13 @@ async def _send(send: Send, status: int, body: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def _stream(send: Send, parts: list[dict[str, Any]]) -> None:
+async def _stream(send: Send, parts: list[dict[str, Any]], reply: Reply | None = None) -> None:
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", _SSE)]})
     for part in parts:
         frame = b"data: " + json_bytes(part) + b"\n\n"
         await send({"type": "http.response.body", "body": frame, "more_body": True})
+    if reply is not None and reply.abort_after is not None:
+        raise ConnectionAbortedError("scripted upstream: the stream is cut (abort_after)")
     await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
 
 

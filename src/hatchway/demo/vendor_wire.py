@@ -6,10 +6,20 @@ from __future__ import annotations
 
 import itertools
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from hatchway.demo.upstream import Reply
+
+class Reply(Protocol):
+    """What of ``demo.upstream.Reply`` these shapes read."""
+
+    text: str | None
+    tool_calls: Sequence[tuple[Any, ...]]
+    finish_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    chunk_size: int
 
 _ids = itertools.count(1)
 _STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}

@@ -560,6 +560,8 @@ def _model_step(
             cost_usd=response.usage.cost,
             priced_as=response.priced_as,
         )
+        if response.served_by is not None:  # a model with several targets or fallbacks
+            step.update(served_by=response.served_by, failed_attempts=response.failed_attempts)
     return step
 
 

@@ -59,8 +59,9 @@ class PriceTable:
         """Raises ConfigError for a ``price_provider`` genai-prices does not know."""
         overrides: dict[str, dict[str, tuple[int, ModelPrice]]] = {}
         for i, model in enumerate(settings.models):
-            if model.price is not None:
-                overrides.setdefault(model.provider, {}).setdefault(model.target, (i, model.price))
+            for target in model.deployments() if model.price is not None else ():
+                upstream = target.upstream_model or model.name
+                overrides.setdefault(target.provider, {}).setdefault(upstream, (i, model.price))
         self.providers = {
             cfg.id: ProviderPrices(cfg, overrides.get(cfg.id, {})) for cfg in settings.providers
         }

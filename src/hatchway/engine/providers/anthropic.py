@@ -18,7 +18,7 @@ from hatchway.engine.providers.anthropic_format import (
 from hatchway.engine.providers.base import ModelRequest, ModelResponse, StreamDone, StreamEvent
 from hatchway.engine.providers.chat_replies import completion_events
 from hatchway.engine.providers.openai_compat import upstream_error
-from hatchway.engine.providers.pooled import PooledProvider, is_event_stream
+from hatchway.engine.providers.pooled import PooledProvider, is_event_stream, retry_after_of
 from hatchway.engine.providers.upstream_http import UpstreamError
 
 
@@ -40,10 +40,11 @@ class AnthropicProvider(PooledProvider):
                 if response.status < 400 and is_event_stream(response):
                     return await _assembled(response.lines(), EventAssembler(self.id))
                 status, raw = response.status, await response.read()
+                wait = retry_after_of(response) if status >= 400 else None
         except (TimeoutError, UpstreamError) as exc:
             raise self._transport_error(exc) from exc
         if status >= 400:
-            raise upstream_error(status, raw, self.secrets)
+            raise upstream_error(status, raw, self.secrets, wait)
         return parse_message(raw, self.id)
 
     async def stream(self, req: ModelRequest) -> AsyncIterator[StreamEvent]:
@@ -52,7 +53,9 @@ class AnthropicProvider(PooledProvider):
             response = await self._open(content)
             async with response:
                 if response.status >= 400:
-                    raise upstream_error(response.status, await response.read(), self.secrets)
+                    raise upstream_error(
+                        response.status, await response.read(), self.secrets, retry_after_of(response)
+                    )
                 if not is_event_stream(response):  # it ignored ``stream: true``: one whole message
                     whole = parse_message(await response.read(), self.id)
                     for event in completion_events(whole):

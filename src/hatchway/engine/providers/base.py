@@ -34,6 +34,11 @@ class ModelResponse:
     priced_as: str | None = None
     """The price-table entry that priced the call (``usage.cost_usd``); None when its price is
     unknown (``engine/pricing.py``)."""
+    served_by: str | None = None
+    """``<provider id>/<upstream model>`` of the target that answered, for a model with several
+    targets or fallbacks (``engine/providers/failover.py``)."""
+    failed_attempts: list[dict[str, str]] = field(default_factory=list)
+    """The attempts that failed before it: each ``{"target", "error"}``."""
 
 
 @dataclass(slots=True)

@@ -11,7 +11,7 @@ import orjson
 from hatchway.engine.providers.base import ModelRequest, ModelResponse, StreamDone, StreamEvent
 from hatchway.engine.providers.gemini_format import ResponseAssembler, generate_body, model_path
 from hatchway.engine.providers.openai_compat import upstream_error
-from hatchway.engine.providers.pooled import PooledProvider, is_event_stream
+from hatchway.engine.providers.pooled import PooledProvider, is_event_stream, retry_after_of
 from hatchway.engine.providers.upstream_http import UpstreamError
 
 
@@ -29,10 +29,11 @@ class GeminiProvider(PooledProvider):
         try:
             async with await self._open(content, model_path(req.model, stream=False)) as response:
                 status, raw = response.status, await response.read()
+                wait = retry_after_of(response) if status >= 400 else None
         except (TimeoutError, UpstreamError) as exc:
             raise self._transport_error(exc) from exc
         if status >= 400:
-            raise upstream_error(status, raw, self.secrets)
+            raise upstream_error(status, raw, self.secrets, wait)
         assembler.feed_json(raw)
         return assembler.response()
 
@@ -43,7 +44,9 @@ class GeminiProvider(PooledProvider):
             response = await self._open(content, model_path(req.model, stream=True))
             async with response:
                 if response.status >= 400:
-                    raise upstream_error(response.status, await response.read(), self.secrets)
+                    raise upstream_error(
+                        response.status, await response.read(), self.secrets, retry_after_of(response)
+                    )
                 if not is_event_stream(response):  # a JSON array of chunks, or one reply
                     for event in self._whole(await response.read(), assembler):
                         yield event

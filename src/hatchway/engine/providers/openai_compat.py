@@ -15,7 +15,7 @@ from hatchway.engine.providers.chat_replies import (
     completion_events,
     parse_completion,
 )
-from hatchway.engine.providers.pooled import PooledProvider, is_event_stream
+from hatchway.engine.providers.pooled import PooledProvider, is_event_stream, retry_after_of
 from hatchway.engine.providers.upstream_http import UpstreamError
 from hatchway.errors import ProviderStatusError
 from hatchway.observability.redaction import Redactor
@@ -40,7 +40,9 @@ def build_body(req: ModelRequest, *, stream: bool) -> dict[str, Any]:
     return body
 
 
-def upstream_error(status: int, body: bytes, secrets: Redactor) -> ProviderStatusError:
+def upstream_error(
+    status: int, body: bytes, secrets: Redactor, retry_after: float | None = None
+) -> ProviderStatusError:
     """The error for an upstream's non-2xx answer, scrubbed of ``secrets`` (its API key, which some
     upstreams echo back from the ``Authorization`` header they refused) before anyone sees it.
 
@@ -54,11 +56,14 @@ def upstream_error(status: int, body: bytes, secrets: Redactor) -> ProviderStatu
     if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
         clean = secrets.redact_value(parsed)
         return ProviderStatusError(
-            status, str(clean["error"].get("message") or f"upstream returned {status}"), body=clean
+            status,
+            str(clean["error"].get("message") or f"upstream returned {status}"),
+            body=clean,
+            retry_after=retry_after,
         )
     snippet = secrets.redact(body.decode("utf-8", "replace")).strip()[:MAX_ERROR_SNIPPET].strip()
     message = f"The upstream returned HTTP {status}" + (f": {snippet}" if snippet else "")
-    return ProviderStatusError(status, message)
+    return ProviderStatusError(status, message, retry_after=retry_after)
 
 
 class OpenAICompatProvider(PooledProvider):
@@ -75,10 +80,11 @@ class OpenAICompatProvider(PooledProvider):
                         assembler.feed(line)
                     return assembler.finish()
                 status, raw = response.status, await response.read()
+                wait = retry_after_of(response) if status >= 400 else None
         except (TimeoutError, UpstreamError) as exc:
             raise self._transport_error(exc) from exc
         if status >= 400:
-            raise upstream_error(status, raw, self.secrets)
+            raise upstream_error(status, raw, self.secrets, wait)
         return parse_completion(raw, self.id, self.secrets, response.content_type)
 
     async def stream(self, req: ModelRequest) -> AsyncIterator[StreamEvent]:
@@ -87,7 +93,9 @@ class OpenAICompatProvider(PooledProvider):
             response = await self._open(content)
             async with response:
                 if response.status >= 400:
-                    raise upstream_error(response.status, await response.read(), self.secrets)
+                    raise upstream_error(
+                        response.status, await response.read(), self.secrets, retry_after_of(response)
+                    )
                 if not is_event_stream(response):
                     # An upstream that ignored ``stream: true``: its whole completion is the stream.
                     whole = parse_completion(

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 
 from hatchway.engine.providers.base import ModelProvider
 from hatchway.engine.providers.upstream_http import (
@@ -134,6 +136,22 @@ class PooledProvider(ModelProvider):
         if self._pool is not None:
             await self._pool.aclose()
             self._pool = None
+
+
+def retry_after_of(response: UpstreamResponse) -> float | None:
+    """The answer's ``retry-after`` in seconds (a number, or an HTTP date), if it has one."""
+    value = response.headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max((when - datetime.now(UTC)).total_seconds(), 0.0) if when.tzinfo else None
 
 
 def is_event_stream(response: UpstreamResponse) -> bool:

@@ -11,6 +11,7 @@ from hatchway.config.settings import Settings
 from hatchway.engine.pricing import PriceTable
 from hatchway.engine.providers.anthropic import AnthropicProvider
 from hatchway.engine.providers.base import ModelProvider
+from hatchway.engine.providers.failover import Breaker, FailoverProvider, Target
 from hatchway.engine.providers.gemini import GeminiProvider
 from hatchway.engine.providers.openai_compat import OpenAICompatProvider
 from hatchway.engine.providers.pooled import PooledProvider
@@ -82,13 +83,35 @@ class ModelRouter:
                 secrets=self.secrets,
             )
             self.providers[cfg.id] = PricedProvider(client, self.prices.for_provider(cfg.id))
-        self._models = {m.name: (m.provider, m.target) for m in settings.models}
+        self._models: dict[str, ResolvedModel] = {}
+        self._breakers: dict[tuple[str, str], Breaker] = {}
+        for model in settings.models:
+            targets = self._targets(model.name)
+            if len(targets) == 1 and not model.fallbacks:  # the common case: no wrapper on the hot path
+                resolved = ResolvedModel(model.name, targets[0].provider, targets[0].upstream_model)
+            else:
+                fallbacks = [self._targets(name) for name in model.fallbacks]
+                routed = FailoverProvider(model.name, targets, fallbacks, settings.failover)
+                resolved = ResolvedModel(model.name, routed, targets[0].upstream_model)
+            self._models[model.name] = resolved
+
+    def _targets(self, name: str) -> list[Target]:
+        model = next(m for m in self.settings.models if m.name == name)
+        out = []
+        for deployment in model.deployments():
+            upstream = deployment.upstream_model or model.name
+            breaker = self._breakers.setdefault(
+                (deployment.provider, upstream),
+                Breaker(self.settings.failover.breaker_failures, self.settings.failover.breaker_open_seconds),
+            )
+            out.append(Target(self.providers[deployment.provider], upstream, deployment.weight, breaker))
+        return out
 
     def resolve(self, name: str) -> ResolvedModel:
         """The provider and upstream name for a public model name or ``<provider>/<model>``."""
-        if name in self._models:
-            provider_id, target = self._models[name]
-            return ResolvedModel(name, self.providers[provider_id], target)
+        resolved = self._models.get(name)
+        if resolved is not None:
+            return resolved
         provider_id, sep, target = name.partition("/")
         if sep and target and provider_id in self.providers:
             return ResolvedModel(name, self.providers[provider_id], target)
