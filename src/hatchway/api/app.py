@@ -15,6 +15,7 @@ from hatchway.api import (
     health,
     logs,
     mcp_servers,
+    messages,
     metrics,
     models,
     operations,
@@ -132,7 +133,11 @@ def create_app(
     app.add_middleware(ErrorMiddleware)  # inside the observability middleware: it sees the status sent
     app.add_middleware(ObservabilityMiddleware, **observed)
     chat = ErrorMiddleware(ChatCompletionsApp(gw))
-    app.direct_routes = {ChatCompletionsApp.path: ObservabilityMiddleware(chat, **observed)}
+    direct = {ChatCompletionsApp.path: ObservabilityMiddleware(chat, **observed)}
+    for path in (messages.ROUTE, messages.COUNT_ROUTE):  # Anthropic's API, in its error shape
+        answer = ErrorMiddleware(messages.MessagesApp(gw, path), respond=messages.anthropic_error)
+        direct[path] = ObservabilityMiddleware(answer, **observed)
+    app.direct_routes = direct
     if endpoints is not None:  # logged, measured and answered in the gateway's error shape like /v1
         app.mcp_endpoints = ObservabilityMiddleware(ErrorMiddleware(endpoints), **observed)
     return app

@@ -145,7 +145,7 @@ class ChatCompletionsApp:
         result = await loop.run(items, run.ctx)
         payload = orjson.dumps(completion_body(result, body.model, created=int(time.time())))
         run.end(200, result)
-        headers = {**_run_headers(result, run), **admission.headers}
+        headers = {**run_headers(result, run), **admission.headers}
         return Response(payload, media_type="application/json", headers=headers)
 
 
@@ -165,7 +165,8 @@ SERVED_BY_HEADER = "x-hatchway-served-by"
 """``<provider>/<upstream model>`` that answered, for a model with several targets or fallbacks."""
 
 
-def _run_headers(result: RunResult, run: RunScope) -> dict[str, str]:
+def run_headers(result: RunResult, run: RunScope) -> dict[str, str]:
+    """The ``x-hatchway-*`` headers of a finished run (its log id, rounds, operation, budget…)."""
     headers = {"x-hatchway-request-id": run.log_id, "x-hatchway-rounds": str(result.rounds)}
     headers.update(dropped_headers_header(run.ctx.run.dropped_headers))
     served_by = result.last_response.served_by if result.last_response is not None else None
@@ -227,19 +228,19 @@ async def _streamed(
         result = await loop.run(items, run.ctx)
         run.end(200, result)
         whole = [chunks.role(), *chunks.text(result.text or ""), *chunks.finish(result), DONE]
-        headers = {**SSE_HEADERS, **_run_headers(result, run), "x-hatchway-stream-mode": "disabled"}
+        headers = {**SSE_HEADERS, **run_headers(result, run), "x-hatchway-stream-mode": "disabled"}
         headers.update(limit_headers)
         return StreamingResponse(iter(whole), media_type="text/event-stream", headers=headers)
 
     events = loop.events(items, run.ctx, stream=True)
-    head = await _prefetch(events)  # upstream errors before the first byte keep their HTTP status
+    head = await prefetch(events)  # upstream errors before the first byte keep their HTTP status
 
     async def frames() -> AsyncIterator[bytes]:
         # A client that hangs up cancels this generator: the scope then records the run as 499.
         streamed = False
         try:
             yield chunks.role()
-            async for event in _chain(head, events):
+            async for event in chain(head, events):
                 if isinstance(event, OutputTextDelta):
                     streamed = True
                     yield chunks.delta(event.text)
@@ -265,7 +266,8 @@ def _include_usage(body: ChatRequest) -> bool:
     return bool((body.stream_options or {}).get("include_usage"))
 
 
-async def _prefetch(events: AsyncIterator[LoopEvent]) -> list[LoopEvent]:
+async def prefetch(events: AsyncIterator[LoopEvent]) -> list[LoopEvent]:
+    """The events up to the first output (or the end): an error before it keeps its HTTP status."""
     head: list[LoopEvent] = []
     async for event in events:
         head.append(event)
@@ -274,7 +276,8 @@ async def _prefetch(events: AsyncIterator[LoopEvent]) -> list[LoopEvent]:
     return head
 
 
-async def _chain(head: list[LoopEvent], rest: AsyncIterator[LoopEvent]) -> AsyncIterator[LoopEvent]:
+async def chain(head: list[LoopEvent], rest: AsyncIterator[LoopEvent]) -> AsyncIterator[LoopEvent]:
+    """``prefetch``'s events, then the rest."""
     for event in head:
         yield event
     if head and isinstance(head[-1], RunFinished):

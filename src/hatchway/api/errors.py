@@ -9,7 +9,7 @@ itself (validation, routing) are this same function (``install_error_handlers``)
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import orjson
@@ -71,8 +71,10 @@ class ErrorMiddleware:
     (the server closes the connection).
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, respond: Callable[[BaseException], Response] | None = None) -> None:
+        """``respond``: the response for an error (``error_response``, OpenAI's shape, by default)."""
         self.app = app
+        self.respond = respond or error_response
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -94,7 +96,7 @@ class ErrorMiddleware:
             if started:
                 logger.error("error after the response started", exc_info=exc)
                 return
-            await error_response(exc)(scope, receive, send)
+            await self.respond(exc)(scope, receive, send)
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -21,6 +21,7 @@ class Reply(Protocol):
     cached_tokens: int
     chunk_size: int
 
+
 _ids = itertools.count(1)
 _STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 
