@@ -266,7 +266,7 @@ def gateways(redis: bool) -> list[Gateway]:
     return out
 
 
-def _gateway_env() -> dict[str, str]:
+def gateway_env() -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for name in ("HATCHWAY_DATABASE_URL", "HATCHWAY_REDIS_URL"):  # they would win over hatchway.yaml
         env.pop(name, None)
@@ -289,7 +289,7 @@ def start_gateway(stack: Stack, gw: Gateway, upstream: Server, redis_url: str | 
     port = free_port()
     args = [sys.executable, "-m", "hatchway", "serve", "--config", str(path), "--port", str(port)]
     args += ["--log-level", "warning"]
-    stack.start(gw.name, args, port=port, health="/healthz", cwd=home, env=_gateway_env())
+    stack.start(gw.name, args, port=port, health="/healthz", cwd=home, env=gateway_env())
     return key
 
 
@@ -348,25 +348,28 @@ def end_to_end(requests: int, rounds: int, latency_ms: float, redis_url: str | N
     return out
 
 
-async def interleaved(
-    targets: dict[str, tuple[str, dict[str, str]]], n: int, warmup: int
-) -> dict[str, list[float]]:
+Target = tuple[str, dict[str, str]] | tuple[str, dict[str, str], bytes]
+"""(url, headers) of a target, and the body posted to it when it is not ``BODY``."""
+
+
+async def interleaved(targets: dict[str, Target], n: int, warmup: int) -> dict[str, list[float]]:
     """Concurrency 1 across all the gateways: one request to each in turn (the first of each turn
     moving along), ``n`` each, each gateway on its own keep-alive connection; latencies in ms. Turns
     this short spread any drift of the machine's speed evenly over the gateways."""
     names = list(targets)
     out: dict[str, list[float]] = {name: [] for name in names}
     clients = {name: httpx.AsyncClient(timeout=30.0) for name in names}
+    bodies = {name: target[2] if len(target) > 2 else BODY for name, target in targets.items()}
     try:
         for name in names:
-            url, headers = targets[name]
+            url, headers = targets[name][0], targets[name][1]
             for _ in range(warmup):
-                (await clients[name].post(url, content=BODY, headers=headers)).raise_for_status()
+                (await clients[name].post(url, content=bodies[name], headers=headers)).raise_for_status()
         for i in range(n):
             for name in names[i % len(names) :] + names[: i % len(names)]:
-                url, headers = targets[name]
+                url, headers = targets[name][0], targets[name][1]
                 started = time.perf_counter()
-                response = await clients[name].post(url, content=BODY, headers=headers)
+                response = await clients[name].post(url, content=bodies[name], headers=headers)
                 out[name].append((time.perf_counter() - started) * 1000)
                 response.raise_for_status()
     finally:

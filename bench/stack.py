@@ -135,7 +135,7 @@ def _wait_up(server: Server, health: str, timeout: float) -> None:
 # -- the fixed-latency upstreams and MCP tool servers ---------------------------------------------
 
 
-def _start_bench_module(stack: Stack, name: str, module: str, options: list[str], health: str) -> Server:
+def start_bench_module(stack: Stack, name: str, module: str, options: list[str], health: str) -> Server:
     """``python -m bench.<module> --port <free port> <options>``, from the checkout's root."""
     port = free_port()
     args = [sys.executable, "-m", f"bench.{module}", "--port", str(port), *options]
@@ -143,16 +143,16 @@ def _start_bench_module(stack: Stack, name: str, module: str, options: list[str]
 
 
 def start_upstream(stack: Stack, name: str, latency_ms: float) -> Server:
-    return _start_bench_module(stack, name, "upstream", ["--latency-ms", str(latency_ms)], "/")
+    return start_bench_module(stack, name, "upstream", ["--latency-ms", str(latency_ms)], "/")
 
 
 def start_rounds_upstream(stack: Stack, latency_ms: float, child_latency_ms: float) -> Server:
     options = ["--latency-ms", str(latency_ms), "--child-latency-ms", str(child_latency_ms)]
-    return _start_bench_module(stack, "rounds-upstream", "rounds_upstream", options, "/")
+    return start_bench_module(stack, "rounds-upstream", "rounds_upstream", options, "/")
 
 
 def start_mcp_tool(stack: Stack, name: str, latency_ms: float) -> Server:
-    return _start_bench_module(stack, name, "mcp_tool_server", ["--latency-ms", str(latency_ms)], "/mcp")
+    return start_bench_module(stack, name, "mcp_tool_server", ["--latency-ms", str(latency_ms)], "/mcp")
 
 
 # -- Hatchway -------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.agent_loop import USER, log_of, rule_for
+from tests.support.agent_loop import USER, log_of, write_plugin
 from tests.support.mcp_servers import McpTestServer
 from tests.support.scripted_llm import Reply, ScriptedLLM
 
@@ -164,7 +164,7 @@ def test_a_client_tool_round_trip(vendor: Vendor, stream: bool, gateway_factory,
         assert parts[0]["functionResponse"]["name"] == "get_weather"
 
 
-def test_an_agent_runs_two_mcp_rounds(
+def test_an_agent_model_runs_two_mcp_rounds(
     vendor: Vendor,
     mcp_server_factory: Callable[..., McpTestServer],
     gateway_factory,
@@ -172,8 +172,11 @@ def test_an_agent_runs_two_mcp_rounds(
     tmp_path: Path,
 ) -> None:
     search = mcp_server_factory("search")
-    plugin = {"mcp_servers": [{"id": "search", "url": search.url, "tools": ["echo"]}]}
-    gateway = gateway_factory(**vendor.config(llm), **rule_for(tmp_path, plugin, model="model"))
+    plugin = write_plugin(
+        tmp_path, "search", {"mcp_servers": [{"id": "search", "url": search.url, "tools": ["echo"]}]}
+    )
+    agent = {"name": "finder", "model": "model", "instructions": "Find.", "plugin": plugin}
+    gateway = gateway_factory(**vendor.config(llm), allow_private_mcp_urls=True, agents=[agent])
     replies = [
         Reply(tool_calls=[("search__echo", {"text": "um"})], prompt_tokens=10, completion_tokens=3),
         Reply(tool_calls=[("search__echo", {"text": "dois"})], prompt_tokens=20, completion_tokens=4),
@@ -187,7 +190,7 @@ def test_an_agent_runs_two_mcp_rounds(
         return Reply(text="Found: " + ", ".join(outputs), prompt_tokens=30, completion_tokens=5)
 
     llm.handler = handler
-    raw = gateway.client().chat.completions.with_raw_response.create(model="model", messages=USER)
+    raw = gateway.client().chat.completions.with_raw_response.create(model="agent:finder", messages=USER)
     completion = raw.parse()
 
     assert completion.choices[0].message.content == "Found: echo:um, echo:dois"
