@@ -181,3 +181,41 @@ def test_an_upstream_429_is_the_sdks_rate_limit_error(gateway_factory, llm: Scri
     with pytest.raises(anthropic.RateLimitError) as refused:
         client(gateway).messages.create(model="gpt-4o", max_tokens=10, messages=HI)
     assert refused.value.body["error"]["type"] == "rate_limit_error"
+
+
+@pytest.mark.parametrize(
+    ("body", "where"),
+    [
+        ({"model": "gpt-4o", "messages": []}, "messages"),
+        ({"model": "gpt-4o", "messages": ["hi"]}, "messages[0].role"),
+        ({"model": "gpt-4o", "messages": [{"role": "user", "content": 7}]}, "messages[0].content"),
+        (
+            {"model": "gpt-4o", "messages": [{"role": "user", "content": [{"text": "no type"}]}]},
+            "messages[0].content[0]",
+        ),
+        (
+            {"model": "gpt-4o", "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
+            "messages[0].content[0].source.type",
+        ),
+        (
+            {
+                "model": "gpt-4o",
+                "messages": [{"role": "assistant", "content": [{"type": "tool_use", "id": 1}]}],
+            },
+            "messages[0].content[0]",
+        ),
+        (
+            {"model": "gpt-4o", "messages": [{"role": "user", "content": [{"type": "tool_result"}]}]},
+            "messages[0].content[0].tool_use_id",
+        ),
+        ({"model": "gpt-4o", "max_tokens": 0, "messages": HI}, "max_tokens"),
+        ({"model": "nope", "max_tokens": 5, "messages": HI}, "nope"),
+    ],
+)
+def test_a_bad_request_is_a_4xx_naming_the_field(body: dict, where: str, gateway_factory) -> None:
+    gateway = gateway_factory()
+    answer = httpx.post(f"{gateway.url}/v1/messages", json=body, headers={"x-api-key": gateway.key})
+    assert 400 <= answer.status_code < 500, answer.text
+    error = answer.json()
+    assert error["type"] == "error" and error["error"]["type"] in ("invalid_request_error", "not_found_error")
+    assert where in error["error"]["message"]
