@@ -131,9 +131,9 @@ def test_async_client_fans_out_too(gateway, llm: ScriptedLLM) -> None:
         finally:
             await client.close()
 
-    started = time.monotonic()
     result = asyncio.run(main())
 
-    assert max_overlap(script.child_starts, 1.0) == 3  # the fan-out; the bound is generous, as above
-    assert time.monotonic() - started < 2.5
+    # The fan-out, shown by the children's overlap (all three in flight at once); a wall-clock bound
+    # was flaky on a loaded two-core machine (2.9 s against 2.5) and proved nothing more.
+    assert max_overlap(script.child_starts, 1.0) == 3
     assert result.output_text == "final: result of a; result of b; result of c"

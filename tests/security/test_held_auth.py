@@ -89,6 +89,10 @@ def bad_credentials(gw: RunningGateway) -> dict[str, dict[str, str]]:
     }
 
 
+ANTHROPIC_ROUTES = {"/v1/messages", "/v1/messages/count_tokens"}
+"""Anthropic's Messages API: the key as ``x-api-key`` too, errors in Anthropic's shape."""
+
+
 def concrete(path: str) -> str:
     return re.sub(r"\{[^}]+\}", "x", path)
 
@@ -111,10 +115,19 @@ def test_every_v1_route_answers_401_without_a_valid_bearer_key(gateway: RunningG
             # The route exists and the key works: whatever it answers, it is not a 401.
             own = client.request(method, url, json=body, headers={"authorization": f"Bearer {gateway.key}"})
             assert own.status_code != 401, (method, path, own.text)
+            anthropic = path in ANTHROPIC_ROUTES
             for form, headers in forms.items():
                 params = {"api_key": gateway.key} if form == "key outside Authorization" else None
+                if anthropic and form == "key outside Authorization":  # x-api-key is its scheme
+                    headers = {k: v for k, v in headers.items() if k != "x-api-key"}
                 response = client.request(method, url, json=body, headers=headers, params=params)
                 assert response.status_code == 401, (method, path, form, response.text)
+                if anthropic:  # Anthropic's error shape, for its SDKs
+                    answer = response.json()
+                    assert answer["type"] == "error", (method, path, form)
+                    assert answer["error"]["type"] == "authentication_error", (method, path, form)
+                    assert isinstance(answer["error"]["message"], str) and answer["error"]["message"]
+                    continue
                 error = response.json()["error"]
                 assert {k: error[k] for k in UNAUTHENTICATED} == UNAUTHENTICATED, (method, path, form)
                 assert isinstance(error["message"], str) and error["message"]

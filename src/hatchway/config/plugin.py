@@ -327,7 +327,9 @@ class PluginAgentConfig(_PluginModel):
     tool_cache_ttl_seconds: Annotated[int, Field(ge=0, le=86_400)] = 0
     """Cache tool results per (organisation, server, tool, arguments) for this long; 0 = off."""
     prompt_guard_on_tool_output: bool = False
-    """Accepted for compatibility; currently a no-op (as in the seed)."""
+    """Guard this plugin's runs: every tool result spotlighted and scanned, and a transactional tool
+    called after tool output asks the end user (hatchway.yaml's ``guards:`` says how;
+    docs/security.md, "Untrusted tool output")."""
     max_run_tokens: Annotated[int | None, Field(ge=1)] = None
     """A budget of model tokens (input + output) for the whole run tree — this run's rounds and every
     subagent's: when the next round would pass it, the model gets one last round with no tools and is

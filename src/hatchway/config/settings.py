@@ -129,6 +129,25 @@ class ModelConfig(StrictModel):
         return [ModelTarget(provider=self.provider or "", upstream_model=self.target)]
 
 
+class GuardsSettings(StrictModel):
+    """What guards untrusted tool output (docs/security.md, "Untrusted tool output")."""
+
+    enabled: bool = False
+    """Guard every run; otherwise only the runs whose plugin sets ``agent.prompt_guard_on_tool_output``."""
+    spotlight: bool = True
+    """Deliver each tool result between markers with a per-run random boundary, marked as data, and
+    tell the model what the markers mean."""
+    heuristic: Literal["off", "flag", "redact", "block", "confirm"] = "block"
+    """What the built-in prompt-injection detector does with a result it flags: record it (``flag``:
+    the run log, the span, the metric), cut what matched (``redact``), replace the result with a
+    ``blocked_by_guard`` error (``block``), or make every transactional tool of the run ask the end
+    user (``confirm``)."""
+    confirm_when_tainted: bool = True
+    """Once tool output has entered a guarded run, a transactional tool asks the end user even when
+    its policy has ``require_confirmation: false``, and the question names the tool whose output
+    preceded it."""
+
+
 class FailoverSettings(StrictModel):
     """How a model call is tried again, on the same target and then the next (docs/providers.md)."""
 
@@ -443,6 +462,8 @@ class Settings(StrictModel):
     """Upstream OpenAI-compatible endpoints; at least one."""
     models: list[ModelConfig] = Field(default_factory=list)
     """Public model names mapped to provider models."""
+    guards: GuardsSettings = Field(default_factory=GuardsSettings)
+    """Guards on untrusted tool output: spotlighting, detectors, taint-aware confirmation."""
     failover: FailoverSettings = Field(default_factory=FailoverSettings)
     """Retries, fallbacks and circuit breakers of model calls (docs/providers.md, "Routing")."""
     routing_rules: list[RoutingRule] = Field(default_factory=list)

@@ -122,6 +122,14 @@ class RunState:
     """On the root's state only: what the tree may spend (``run_budget``)."""
     budget_exhausted: BudgetSpent | None = None
     """Set when this run's last round ran without tools because the tree's budget was spent."""
+    tainted_by: list[str] = field(default_factory=list)
+    """On the root's state: the tools whose output entered the tree's context while a guard was on
+    (``engine/guards``), oldest first."""
+    confirm_when_tainted: bool = False
+    """On the root's state: a transactional tool called once the tree is tainted asks the end user,
+    whatever its policy says (``guards.confirm_when_tainted``)."""
+    confirm_always: bool = False
+    """On the root's state: a guard's ``confirm`` action fired; every transactional tool asks."""
 
     def child(self) -> RunState:
         state = RunState(parent=self)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hatchway.engine.context import BudgetSpent, RunBudget, RunContext
+from hatchway.engine.guards.guard import ToolOutputGuard
 from hatchway.engine.items import FunctionCall, FunctionCallOutput, Item, Message, ToolSpec, Usage
 from hatchway.engine.providers.base import (
     ModelRequest,
@@ -64,6 +65,8 @@ class LoopSettings:
     """Stream the text of every round as it comes, even of rounds that end in gateway tool calls
     (the Responses API, whose output keeps those messages). False is ``stream_mode: final_only``:
     a round's text is held until the round's end shows that it is the answer."""
+    guard: ToolOutputGuard | None = None
+    """This run's guard on tool output (``engine/guards``); None: results reach the model as they are."""
 
 
 @dataclass
@@ -217,6 +220,9 @@ class AgentLoop:
         """The run as events; the last one is always ``RunFinished``. Each round ends in the step that
         says what comes next; the run ends at the first that is not ``NextStepRunAgain``."""
         run = _Transcript(conversation=list(items))
+        note = self.settings.guard.system_note() if self.settings.guard is not None else None
+        if note is not None:  # what the spotlight's markers mean, before anything a tool says
+            run.conversation.insert(0, note)
         ctx.run.run_budget(self.settings.budget)
         specs = await self.router.prepare(ctx)
         step: NextStep = await self._preamble(run, ctx)
@@ -415,6 +421,11 @@ class AgentLoop:
                 0.0,
             )
             tool_result.output = self._fit(ctx.redact(tool_result.output))
+            if self.settings.guard is not None and call.call_id in started:
+                seen = self.settings.guard.inspect(call.name, tool_result.output, ctx)
+                tool_result.output = seen.output
+                if seen.findings:
+                    tool_result.meta["guard"] = seen.record()
             run.append(FunctionCallOutput(call_id=call.call_id, output=tool_result.output))
             run.steps.append(_tool_step(number, call, tool_result, duration, ctx))
             if tool_result.interrupt is not None and interruption is None:

@@ -23,6 +23,7 @@ from typing import Any
 from hatchway.config.plugin import StreamMode
 from hatchway.config.settings import AgentConfig, Settings
 from hatchway.engine.context import RunBudget, RunContext
+from hatchway.engine.guards.guard import ToolOutputGuard
 from hatchway.engine.items import Item, Message, ToolSpec
 from hatchway.engine.loop import AgentLoop, LoopSettings
 from hatchway.engine.pricing import call_cost
@@ -117,6 +118,7 @@ class Planner:
         self.plugins = plugins
         self.operations = operations
         self.max_tool_result_chars = settings.max_tool_result_chars
+        self.guards = settings.guards
         self.max_tool_calls_per_round = settings.max_tool_calls_per_round
         self.max_tool_calls_per_run = settings.max_tool_calls_per_run
         self._agents = {a.name: a for a in settings.agents}
@@ -164,7 +166,12 @@ class Planner:
             loop = dataclasses.replace(
                 loop, max_rounds=plugin.max_rounds, tool_call_parallel=plugin.tool_call_parallel
             )
-        loop = dataclasses.replace(loop, budget=run_budget(target.agent, plugin))
+        guarded = self.guards.enabled or (plugin is not None and plugin.guarded)
+        loop = dataclasses.replace(
+            loop,
+            budget=run_budget(target.agent, plugin),
+            guard=ToolOutputGuard(self.guards) if guarded else None,
+        )
         source = plugin.source if plugin is not None else None
         agent = target.agent.name if target.agent is not None else None
         instruments = scope.begin(name=agent or target.public_model, agent=agent, plugin_source=source)

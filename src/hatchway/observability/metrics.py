@@ -117,6 +117,12 @@ class Metrics:
             ["server", "tool"],
             registry=r,
         )
+        self.guard_findings = Counter(
+            "hatchway_guard_findings",
+            "Tool results a guard flagged (engine/guards), by what matched and what was done.",
+            ["detector", "kind", "action"],
+            registry=r,
+        )
         self.runs_in_flight = Gauge(
             "hatchway_runs_in_flight", "Runs in progress on this process.", registry=r
         )
@@ -188,6 +194,9 @@ class Metrics:
             child(self.tool_calls, server, tool, str(step.get("outcome") or "ok")).inc()
             if step.get("cached"):
                 child(self.tool_cache_hits, server, tool).inc()
+            guard = step.get("guard")
+            for finding in guard["findings"] if guard else ():  # fixed vocabularies: bounded labels
+                child(self.guard_findings, finding["detector"], finding["kind"], str(guard["action"])).inc()
 
     def records_dropped(self, reason: str, count: int) -> None:
         """The run-log sink's tally (``store/log_sink.py`` ``RecordTally``)."""

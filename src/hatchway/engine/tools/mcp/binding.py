@@ -95,6 +95,8 @@ class PluginPart:
     stream_mode: StreamMode
     budget: RunBudget | None = None
     """The plugin's ``agent.max_run_*`` budget for the run tree."""
+    guarded: bool = False
+    """``agent.prompt_guard_on_tool_output``: its runs' tool output is guarded (``engine/guards``)."""
 
 
 class PluginBinding:
@@ -187,6 +189,7 @@ class PluginBinding:
             tool_call_parallel=settings.tool_call_parallel,
             stream_mode=settings.stream_mode,
             budget=RunBudget(settings.max_run_tokens, settings.max_run_cost_usd, settings.max_run_tool_calls),
+            guarded=settings.prompt_guard_on_tool_output,
         )
 
     async def agent_caller(self, agent: AgentConfig, ctx: RunContext) -> PluginMcpClient:

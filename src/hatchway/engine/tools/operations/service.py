@@ -240,11 +240,17 @@ class OperationService:
             "tool": target,
             "server": target_tool.mcp_server,
         }
-        if not policy.require_confirmation:
+        tainted_by = _untrusted_before(ctx)
+        if not policy.require_confirmation and not tainted_by:
             return await self._execute_now(op, frozen, ctx, caller)
         message = (usable.confirmation_message if usable else None) or write_confirmation_message(
             target, target_tool.description, resolved, answer
         )
+        if not policy.require_confirmation:  # asked only because untrusted output came before it
+            message += (
+                f"\n\n(Asked because this follows output of {', '.join(tainted_by)}, which this gateway "
+                "treats as untrusted.)"
+            )
         expires = self.store.clock() + timedelta(seconds=self.settings.confirmation_ttl_seconds)
         # Superseded meanwhile, the result says CANCELLED; otherwise it asks the user ``message``.
         await self.store.await_confirmation(op, confirmation_message=message, expires_at=expires, **frozen)
@@ -416,3 +422,12 @@ def _error_result(kind: ResultKind, code: str, message: str) -> OperationResult:
     return OperationResult(
         kind, error_body(code, message), is_error=True, meta={"outcome": "error", "error_code": code}
     )
+
+
+def _untrusted_before(ctx: RunContext) -> list[str]:
+    """The tools whose output entered a guarded run before this call, when that makes a
+    transactional tool ask the end user (``guards.confirm_when_tainted``, a guard's ``confirm``)."""
+    root = ctx.run.root
+    if root.confirm_always or (root.confirm_when_tainted and root.tainted_by):
+        return list(dict.fromkeys(root.tainted_by))[-3:] or ["a tool"]
+    return []
