@@ -34,7 +34,6 @@ import asyncio
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -44,11 +43,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 
-from bench.common import ROOT, bench_key, free_port, passthrough_settings, percentile
+from bench.common import passthrough_settings, percentile
 from bench.passthrough import BODY
-from bench.stack import Server, Stack, running, start_upstream
+from bench.stack import Server, Stack, running, start_serve, start_upstream
 from hatchway.config.settings import LimitsSettings, LimitValues
 from hatchway.engine.context import Principal
 from hatchway.engine.limit_scopes import Requester, reserved_tokens
@@ -266,31 +264,15 @@ def gateways(redis: bool) -> list[Gateway]:
     return out
 
 
-def gateway_env() -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    for name in ("HATCHWAY_DATABASE_URL", "HATCHWAY_REDIS_URL"):  # they would win over hatchway.yaml
-        env.pop(name, None)
-    return env
-
-
 def start_gateway(stack: Stack, gw: Gateway, upstream: Server, redis_url: str | None, prefix: str) -> str:
-    """``hatchway serve`` for ``gw``, its own directory and SQLite; returns its API key."""
-    home = stack.tmp / gw.name.replace(" ", "-").replace(",", "")
-    home.mkdir()
-    db_url = f"sqlite+aiosqlite:///{home / 'hatchway.db'}"
-    config = passthrough_settings(db_url, upstream.base)
+    """``hatchway serve`` for ``gw``; returns its API key."""
+    config = passthrough_settings("", upstream.base)
+    del config["database_url"]  # its own SQLite (``start_serve``)
     if gw.limits:
         config["limits"] = limits_settings().model_dump(exclude_none=True)
     if gw.redis:
         config |= {"redis_url": redis_url, "redis_prefix": prefix}
-    path = home / "hatchway.yaml"
-    path.write_text(yaml.safe_dump(config))
-    key = asyncio.run(bench_key(db_url))
-    port = free_port()
-    args = [sys.executable, "-m", "hatchway", "serve", "--config", str(path), "--port", str(port)]
-    args += ["--log-level", "warning"]
-    stack.start(gw.name, args, port=port, health="/healthz", cwd=home, env=gateway_env())
-    return key
+    return start_serve(stack, gw.name, config)
 
 
 def _check_limited(url: str, headers: dict[str, str], limited: bool) -> None:

@@ -27,18 +27,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 
-from bench.common import bench_key, free_port, percentile
-from bench.limits import Target, gateway_env, interleaved
+from bench.common import percentile
+from bench.limits import Target, interleaved
 from bench.passthrough import BODY
-from bench.stack import Server, Stack, running, start_bench_module
+from bench.stack import Server, Stack, running, start_bench_module, start_serve
 
 ANTHROPIC_BODY = json.dumps(
     {"model": "bench-model", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
@@ -46,23 +44,12 @@ ANTHROPIC_BODY = json.dumps(
 
 
 def start_gateway(
-    stack: Stack, name: str, providers: list[dict[str, Any]], model: list[dict[str, Any]]
+    stack: Stack, name: str, providers: list[dict[str, Any]], models: list[dict[str, Any]]
 ) -> str:
-    home = stack.tmp / "".join(c if c.isalnum() else "-" for c in name)
-    home.mkdir()
-    db_url = f"sqlite+aiosqlite:///{home / 'hatchway.db'}"
     failover: dict[str, Any] = {"retries": 0}
     if name == "fallback, taken":  # every call tries the target that fails: its circuit never opens
         failover["breaker_failures"] = 1_000_000
-    config = {"database_url": db_url, "providers": providers, "models": model, "failover": failover}
-    path = home / "hatchway.yaml"
-    path.write_text(yaml.safe_dump(config))
-    key = asyncio.run(bench_key(db_url))
-    port = free_port()
-    args = [sys.executable, "-m", "hatchway", "serve", "--config", str(path), "--port", str(port)]
-    args += ["--log-level", "warning"]
-    stack.start(name, args, port=port, health="/healthz", cwd=home, env=gateway_env())
-    return key
+    return start_serve(stack, name, {"providers": providers, "models": models, "failover": failover})
 
 
 def gateways(openai: Server, anthropic: Server, limited: Server) -> dict[str, tuple[list, list]]:

@@ -274,3 +274,27 @@ def running(tmp: Path) -> Iterator[Stack]:
         yield stack
     finally:
         stack.close()
+
+
+def gateway_env() -> dict[str, str]:
+    """This environment without the variables that would win over a gateway's hatchway.yaml."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for name in ("HATCHWAY_DATABASE_URL", "HATCHWAY_REDIS_URL"):
+        env.pop(name, None)
+    return env
+
+
+def start_serve(stack: Stack, name: str, config: dict) -> str:
+    """``hatchway serve`` named ``name`` with ``config`` (its own directory and SQLite added), one
+    worker; returns an API key of a new organisation."""
+    home = stack.tmp / "".join(c if c.isalnum() else "-" for c in name)
+    home.mkdir()
+    db_url = f"sqlite+aiosqlite:///{home / 'hatchway.db'}"
+    path = home / "hatchway.yaml"
+    path.write_text(yaml.safe_dump({"database_url": db_url, **config}))
+    key = asyncio.run(bench_key(db_url))
+    port = free_port()
+    args = [sys.executable, "-m", "hatchway", "serve", "--config", str(path), "--port", str(port)]
+    args += ["--log-level", "warning"]
+    stack.start(name, args, port=port, health="/healthz", cwd=home, env=gateway_env())
+    return key

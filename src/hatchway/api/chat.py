@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -20,6 +20,7 @@ from hatchway.api.sse import DONE, SSE_HEADERS, data_event
 from hatchway.engine.context import RunContext
 from hatchway.engine.items import FunctionCall, Item, ToolSpec
 from hatchway.engine.limit_scopes import Requester, reserved_tokens
+from hatchway.engine.limits import Admission
 from hatchway.engine.loop import (
     AgentLoop,
     LoopEvent,
@@ -123,14 +124,9 @@ class ChatCompletionsApp:
         body = validate_body(ChatRequest, parse_json_body(raw))
         run.model = body.model
         extra = body.model_extra or {}
+        max_tokens = extra.get("max_completion_tokens") or extra.get("max_tokens")
         admission = await holds.enter_async_context(
-            self.gw.limits.admitted(
-                Requester.of(run.ctx.principal, run.ctx.on_behalf_of, body.model),
-                reserve_tokens=reserved_tokens(
-                    extra.get("max_completion_tokens") or extra.get("max_tokens"), len(raw)
-                ),
-                used=lambda: (run.ctx.run.tree_usage().total_tokens, run.ctx.run.tree_cost()),
-            )
+            run_limits(self.gw, run, body.model, max_tokens, len(raw))
         )
         plan = await self.gw.planner.plan(PlanRequest(model=body.model), run.ctx, run)
         items = plan.conversation(messages_to_items(body.messages))
@@ -147,6 +143,17 @@ class ChatCompletionsApp:
         run.end(200, result)
         headers = {**run_headers(result, run), **admission.headers}
         return Response(payload, media_type="application/json", headers=headers)
+
+
+def run_limits(
+    gw: Gateway, run: RunScope, model: str, max_tokens: Any, body_bytes: int
+) -> AbstractAsyncContextManager[Admission]:
+    """The limits' hold on a run: admitted now, settled with what its tree used when it closes."""
+    return gw.limits.admitted(
+        Requester.of(run.ctx.principal, run.ctx.on_behalf_of, model),
+        reserve_tokens=reserved_tokens(max_tokens, body_bytes),
+        used=lambda: (run.ctx.run.tree_usage().total_tokens, run.ctx.run.tree_cost()),
+    )
 
 
 async def read_body(receive: Receive) -> bytes:

@@ -14,7 +14,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from hatchway.api.auth import bearer_token
-from hatchway.api.chat import chain, prefetch, read_body, run_headers
+from hatchway.api.chat import chain, prefetch, read_body, run_headers, run_limits
 from hatchway.api.context import header_dict
 from hatchway.api.errors import error_response, parse_json_body, validate_body
 from hatchway.api.messages_format import (
@@ -27,7 +27,6 @@ from hatchway.api.messages_format import (
 )
 from hatchway.engine.context import RunContext
 from hatchway.engine.items import Item
-from hatchway.engine.limit_scopes import Requester, reserved_tokens
 from hatchway.engine.loop import AgentLoop, OutputTextDelta, RunFinished, RunResult
 from hatchway.engine.plan import PlanRequest
 from hatchway.engine.run import RunScope
@@ -90,13 +89,8 @@ class MessagesApp:
         raw = await read_body(receive)
         body = validate_body(MessagesRequest, parse_json_body(raw))
         run.model = body.model
-        admission = await holds.enter_async_context(
-            self.gw.limits.admitted(
-                Requester.of(run.ctx.principal, run.ctx.on_behalf_of, body.model),
-                reserve_tokens=reserved_tokens(body.max_tokens, len(raw)),
-                used=lambda: (run.ctx.run.tree_usage().total_tokens, run.ctx.run.tree_cost()),
-            )
-        )
+        limits = run_limits(self.gw, run, body.model, body.max_tokens, len(raw))
+        admission = await holds.enter_async_context(limits)
         plan = await self.gw.planner.plan(PlanRequest(model=body.model), run.ctx, run)
         items = plan.conversation(request_items(body))
         tool_choice, parallel = body.tool_choice_and_parallel()

@@ -188,11 +188,7 @@ def _usage(usage: Usage) -> dict[str, int]:
 
 
 def _tool_use(call: FunctionCall) -> dict[str, Any]:
-    try:
-        value = orjson.loads(call.arguments) if call.arguments else {}
-    except orjson.JSONDecodeError:
-        value = {"_raw": call.arguments}
-    return {"type": "tool_use", "id": call.call_id, "name": call.name, "input": value}
+    return {"type": "tool_use", "id": call.call_id, "name": call.name, "input": call.arguments_object()}
 
 
 def message_body(result: RunResult, model: str, message_id: str | None = None) -> dict[str, Any]:

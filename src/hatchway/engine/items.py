@@ -6,10 +6,15 @@ Message content is a string or a list of Responses-style parts (``input_text``, 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import orjson
+
 Role = Literal["system", "developer", "user", "assistant"]
+DATA_URL = re.compile(r"^data:(?P<media>[\w.+-]+/[\w.+-]+);base64,(?P<data>.*)$", re.DOTALL)
+"""An ``input_image`` given inline: its media type and base64 data."""
 
 
 @dataclass(slots=True)
@@ -32,6 +37,15 @@ class FunctionCall:
     name: str
     arguments: str
     id: str | None = None
+
+    def arguments_object(self) -> dict[str, Any]:
+        """The arguments as an object, for the APIs that take one (Anthropic's ``input``, Gemini's
+        ``args``): a model's invalid JSON as ``{"_raw": …}``, a non-object as ``{"value": …}``."""
+        try:
+            value = orjson.loads(self.arguments) if self.arguments else {}
+        except orjson.JSONDecodeError:
+            return {"_raw": self.arguments}
+        return value if isinstance(value, dict) else {"value": value}
 
 
 @dataclass(slots=True)

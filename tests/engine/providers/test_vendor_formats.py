@@ -127,7 +127,7 @@ def test_gemini_reply_maps_thoughts_calls_and_filters() -> None:
         b'{"functionCall":{"name":"f","args":{"x":1}}}]},"finishReason":"STOP"}],'
         b'"usageMetadata":{"promptTokenCount":8,"candidatesTokenCount":2,"thoughtsTokenCount":5}}'
     )
-    response = assembler.response()
+    response = assembler.finish()
     assert (response.text, response.finish_reason, response.tool_calls[0].arguments) == (
         "Hi",
         "tool_calls",
@@ -138,6 +138,6 @@ def test_gemini_reply_maps_thoughts_calls_and_filters() -> None:
     assert response.raw["thinking"] == [{"type": "thinking", "thinking": "plan"}]
     blocked = gemini_format.ResponseAssembler("up")
     blocked.feed_json(b'{"candidates":[{"finishReason":"SAFETY"}]}')
-    assert blocked.response().finish_reason == "content_filter"
+    assert blocked.finish().finish_reason == "content_filter"
     with pytest.raises(ProviderMalformed, match="candidates"):
         blocked.feed_json(b'{"candidates": "none"}')

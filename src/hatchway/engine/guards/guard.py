@@ -48,7 +48,8 @@ class ToolOutputGuard:
         root = ctx.run.root
         if self.settings.confirm_when_tainted:
             root.confirm_when_tainted = True
-        root.tainted_by.append(source)
+        if source not in root.tainted_by:  # each tool once: a run's many calls keep this small
+            root.tainted_by.append(source)
         findings = scan(output) if self.settings.heuristic != "off" else []
         action = self.settings.heuristic if findings else None
         if action == "block":

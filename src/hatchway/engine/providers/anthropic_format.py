@@ -20,16 +20,15 @@ reasons as OpenAI's finish reasons.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Required
 
 import orjson
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
-from hatchway.config.loading import format_loc
-from hatchway.engine.items import FunctionCall, FunctionCallOutput, Item, Message, Usage
+from hatchway.engine.items import DATA_URL, FunctionCall, FunctionCallOutput, Item, Message, Usage
 from hatchway.engine.providers.base import ModelRequest, ModelResponse, StreamEvent, TextDelta, ToolCallDelta
+from hatchway.engine.providers.chat_replies import malformed
 from hatchway.errors import ProviderMalformed, ProviderStatusError
 
 DEFAULT_MAX_TOKENS = 4096
@@ -45,7 +44,9 @@ FINISH_REASONS = {
     "refusal": "content_filter",
 }
 _PASSED_PARAMS = ("temperature", "top_p", "top_k", "thinking", "metadata", "service_tier")
-_DATA_URL = re.compile(r"^data:(?P<media>[\w.+-]+/[\w.+-]+);base64,(?P<data>.*)$", re.DOTALL)
+MAX_BLOCKS = 1024
+"""Content blocks a streamed message may index: a higher index is a malformed stream (a block list
+is never grown to an upstream's number)."""
 
 
 # -- the request ---------------------------------------------------------------------------------
@@ -57,7 +58,7 @@ def _block(part: dict[str, Any]) -> dict[str, Any]:
         block: dict[str, Any] = {"type": "text", "text": part.get("text", "")}
     elif kind == "input_image":
         url = str(part.get("image_url") or "")
-        match = _DATA_URL.match(url)
+        match = DATA_URL.match(url)
         source = (
             {"type": "base64", "media_type": match["media"], "data": match["data"]}
             if match
@@ -75,14 +76,6 @@ def _blocks(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}] if content else []
     return [_block(p) for p in content]
-
-
-def _arguments(call: FunctionCall) -> Any:
-    try:
-        value = orjson.loads(call.arguments) if call.arguments else {}
-    except orjson.JSONDecodeError:
-        return {"_raw": call.arguments}  # the model's own bad JSON, sent back as it is
-    return value if isinstance(value, dict) else {"value": value}
 
 
 def request_messages(items: list[Item]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -103,7 +96,12 @@ def request_messages(items: list[Item]) -> tuple[list[dict[str, Any]], list[dict
             else:
                 turn(item.role, _blocks(item.content))
         elif isinstance(item, FunctionCall):
-            use = {"type": "tool_use", "id": item.call_id, "name": item.name, "input": _arguments(item)}
+            use = {
+                "type": "tool_use",
+                "id": item.call_id,
+                "name": item.name,
+                "input": item.arguments_object(),
+            }
             turn("assistant", [use])
         elif isinstance(item, FunctionCallOutput):
             turn("user", [{"type": "tool_result", "tool_use_id": item.call_id, "content": item.output}])
@@ -203,20 +201,12 @@ def usage_of(usage: WireUsage | None) -> Usage:
     )
 
 
-def _malformed(provider_id: str, exc: ValidationError) -> ProviderMalformed:
-    first = exc.errors()[0]
-    where = format_loc(tuple(first["loc"])) or "the body"
-    return ProviderMalformed(
-        f"The upstream '{provider_id}' sent a Messages reply that cannot be read: {where}: {first['msg']}."
-    )
-
-
 def parse_message(raw: bytes, provider_id: str) -> ModelResponse:
     """A non-streamed ``message`` → the response."""
     try:
         message = _MESSAGE.validate_json(raw)
     except ValidationError as exc:
-        raise _malformed(provider_id, exc) from None
+        raise malformed(provider_id, "a Messages reply", exc, raw) from None
     return response_of(message)
 
 
@@ -293,7 +283,13 @@ class EventAssembler:
         try:
             event = _EVENT.validate_json(line[5:])
         except ValidationError as exc:
-            raise _malformed(self.provider_id, exc) from None
+            raise malformed(self.provider_id, "a stream event", exc, line[5:]) from None
+        index = event.get("index") or 0
+        if not 0 <= index < MAX_BLOCKS:
+            raise ProviderMalformed(
+                f"The upstream '{self.provider_id}' sent a stream event for content block {index} "
+                f"(at most {MAX_BLOCKS} are read)."
+            )
         return self._apply(event)
 
     def _apply(self, event: WireEvent) -> list[StreamEvent]:

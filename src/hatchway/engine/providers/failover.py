@@ -125,10 +125,8 @@ class FailoverProvider(ModelProvider):
                         target.breaker.succeeded()  # the target answered: a 4xx is the request's
                         raise
                     last = exc
-                    target.breaker.failed(time.monotonic())
-                    attempts.append(Attempt(target.name, _describe(exc)))
-                    wait = self._wait(exc, attempt)
-                    if wait is None or attempt == self.settings.retries:
+                    wait = self._failed(target, exc, attempt, attempts)
+                    if wait is None:
                         break
                     await asyncio.sleep(wait)
                     continue
@@ -166,10 +164,8 @@ class FailoverProvider(ModelProvider):
                             target.breaker.failed(time.monotonic())
                         raise
                     last = exc
-                    target.breaker.failed(time.monotonic())
-                    attempts.append(Attempt(target.name, _describe(exc)))
-                    wait = self._wait(exc, attempt)
-                    if wait is None or attempt == self.settings.retries:
+                    wait = self._failed(target, exc, attempt, attempts)
+                    if wait is None:
                         break
                     await asyncio.sleep(wait)
                 finally:
@@ -177,6 +173,15 @@ class FailoverProvider(ModelProvider):
                     if aclose is not None:
                         await aclose()
         raise _exhausted(self.id, last, attempts)
+
+    def _failed(
+        self, target: Target, exc: ProviderError, attempt: int, attempts: list[Attempt]
+    ) -> float | None:
+        """Count a retryable failure of ``target``: seconds before the next attempt on it, or None
+        to go to the next target now (its retries are spent, or its ``retry-after`` is too long)."""
+        target.breaker.failed(time.monotonic())
+        attempts.append(Attempt(target.name, _describe(exc)))
+        return None if attempt == self.settings.retries else self._wait(exc, attempt)
 
     def _wait(self, exc: BaseException, attempt: int) -> float | None:
         """Seconds before the next attempt on the same target; None: go to the next target now."""

@@ -19,7 +19,6 @@ cached tokens), finish reasons as OpenAI's.
 from __future__ import annotations
 
 import itertools
-import re
 from typing import Any, Required
 from urllib.parse import quote
 
@@ -27,13 +26,11 @@ import orjson
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
-from hatchway.config.loading import format_loc
-from hatchway.engine.items import FunctionCall, FunctionCallOutput, Item, Message, Usage
+from hatchway.engine.items import DATA_URL, FunctionCall, FunctionCallOutput, Item, Message, Usage
 from hatchway.engine.providers.base import ModelRequest, ModelResponse, StreamEvent, TextDelta, ToolCallDelta
-from hatchway.errors import ProviderMalformed
+from hatchway.engine.providers.chat_replies import malformed
 
 _FILTERED = {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY"}
-_DATA_URL = re.compile(r"^data:(?P<media>[\w.+-]+/[\w.+-]+);base64,(?P<data>.*)$", re.DOTALL)
 _GENERATION = {
     "temperature": "temperature",
     "top_p": "topP",
@@ -61,7 +58,7 @@ def _part(part: dict[str, Any]) -> dict[str, Any]:
         return {"text": part.get("text", "")}
     if kind == "input_image":
         url = str(part.get("image_url") or "")
-        match = _DATA_URL.match(url)
+        match = DATA_URL.match(url)
         if match:
             return {"inlineData": {"mimeType": match["media"], "data": match["data"]}}
         return {"fileData": {"mimeType": "image/*", "fileUri": url}}
@@ -72,14 +69,6 @@ def _parts(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"text": content}] if content else []
     return [_part(p) for p in content]
-
-
-def _args(call: FunctionCall) -> dict[str, Any]:
-    try:
-        value = orjson.loads(call.arguments) if call.arguments else {}
-    except orjson.JSONDecodeError:
-        return {"_raw": call.arguments}
-    return value if isinstance(value, dict) else {"value": value}
 
 
 def request_contents(items: list[Item]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -102,7 +91,10 @@ def request_contents(items: list[Item]) -> tuple[list[dict[str, Any]], list[dict
                 turn("model" if item.role == "assistant" else "user", _parts(item.content))
         elif isinstance(item, FunctionCall):
             names[item.call_id] = item.name
-            turn("model", [{"functionCall": {"id": item.call_id, "name": item.name, "args": _args(item)}}])
+            turn(
+                "model",
+                [{"functionCall": {"id": item.call_id, "name": item.name, "args": item.arguments_object()}}],
+            )
         elif isinstance(item, FunctionCallOutput):
             answer = {
                 "id": item.call_id,
@@ -197,15 +189,6 @@ class WireResponse(TypedDict, total=False):
 _RESPONSE = TypeAdapter(WireResponse)
 
 
-def _malformed(provider_id: str, exc: ValidationError) -> ProviderMalformed:
-    first = exc.errors()[0]
-    where = format_loc(tuple(first["loc"])) or "the body"
-    return ProviderMalformed(
-        f"The upstream '{provider_id}' sent a generateContent reply that cannot be read: "
-        f"{where}: {first['msg']}."
-    )
-
-
 def usage_of(usage: WireUsage | None) -> Usage:
     usage = usage or {}
     thoughts = usage.get("thoughtsTokenCount") or 0
@@ -225,7 +208,7 @@ class ResponseAssembler:
         self.text: list[str] = []
         self.thinking: list[str] = []
         self.calls: list[FunctionCall] = []
-        self.finish: str | None = None
+        self.stop: str | None = None
         self.usage: WireUsage | None = None
         self.model = ""
         self.id = ""
@@ -234,7 +217,7 @@ class ResponseAssembler:
         try:
             reply = _RESPONSE.validate_json(raw)
         except ValidationError as exc:
-            raise _malformed(self.provider_id, exc) from None
+            raise malformed(self.provider_id, "a generateContent reply", exc, raw) from None
         return self._apply(reply)
 
     def feed(self, line: bytes) -> list[StreamEvent]:
@@ -249,7 +232,7 @@ class ResponseAssembler:
         if not candidates:
             return []
         candidate = candidates[0]
-        self.finish = candidate.get("finishReason") or self.finish
+        self.stop = candidate.get("finishReason") or self.stop
         events: list[StreamEvent] = []
         for part in (candidate.get("content") or {}).get("parts") or []:
             call = part.get("functionCall")
@@ -265,10 +248,10 @@ class ResponseAssembler:
                 events.append(TextDelta(part["text"] or ""))
         return events
 
-    def response(self) -> ModelResponse:
-        if self.finish in _FILTERED:
+    def finish(self) -> ModelResponse:
+        if self.stop in _FILTERED:
             finish = "content_filter"
-        elif self.finish == "MAX_TOKENS":
+        elif self.stop == "MAX_TOKENS":
             finish = "length"
         else:
             finish = "tool_calls" if self.calls else "stop"

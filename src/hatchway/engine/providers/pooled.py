@@ -5,24 +5,69 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from typing import Protocol
 
-from hatchway.engine.providers.base import ModelProvider
+import orjson
+
+from hatchway.engine.providers.base import ModelProvider, ModelRequest, ModelResponse, StreamDone, StreamEvent
+from hatchway.engine.providers.chat_replies import MAX_ERROR_SNIPPET, completion_events
 from hatchway.engine.providers.upstream_http import (
     UpstreamConnectError,
     UpstreamDisconnected,
+    UpstreamError,
     UpstreamPool,
     UpstreamProtocolError,
     UpstreamResponse,
 )
-from hatchway.errors import HatchwayError, ProviderMalformed, ProviderTimeout, ProviderUnavailable
+from hatchway.errors import (
+    HatchwayError,
+    ProviderMalformed,
+    ProviderStatusError,
+    ProviderTimeout,
+    ProviderUnavailable,
+)
 from hatchway.observability.log_redaction import SECRETS
 from hatchway.observability.redaction import Redactor
 
 _CREDENTIAL_HEADER = re.compile(r"(?i)auth|key|token|secret|cookie")
 """Extra provider headers whose values are credentials (``api-key``, ``x-goog-api-key``…): redacted."""
+
+
+def upstream_error(
+    status: int, body: bytes, secrets: Redactor, retry_after: float | None = None
+) -> ProviderStatusError:
+    """The error for an upstream's non-2xx answer, scrubbed of ``secrets`` (its API key, which some
+    upstreams echo back from the ``Authorization`` header they refused) before anyone sees it.
+
+    The parsed body is scrubbed string by string (whatever escaping the upstream used); a body that
+    is not JSON is scrubbed whole before it is cut to a snippet, so no half of a key survives the cut.
+    """
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        parsed = None
+    if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
+        clean = secrets.redact_value(parsed)
+        return ProviderStatusError(
+            status,
+            str(clean["error"].get("message") or f"upstream returned {status}"),
+            body=clean,
+            retry_after=retry_after,
+        )
+    snippet = secrets.redact(body.decode("utf-8", "replace")).strip()[:MAX_ERROR_SNIPPET].strip()
+    message = f"The upstream returned HTTP {status}" + (f": {snippet}" if snippet else "")
+    return ProviderStatusError(status, message, retry_after=retry_after)
+
+
+class Assembler(Protocol):
+    """Reads the lines of a ``text/event-stream`` answer into deltas, then the whole response."""
+
+    def feed(self, line: bytes) -> list[StreamEvent]: ...
+
+    def finish(self) -> ModelResponse: ...
 
 
 class PooledProvider(ModelProvider):
@@ -67,6 +112,68 @@ class PooledProvider(ModelProvider):
         self._timeouts = (connect_timeout, timeout)
         self._max_connections = max_connections
         self._pool: UpstreamPool | None = None
+
+    # -- what each kind of upstream says differently -------------------------------------------
+
+    def body(self, req: ModelRequest, *, stream: bool) -> bytes:
+        raise NotImplementedError
+
+    def request_path(self, req: ModelRequest, *, stream: bool) -> str | None:
+        """Appended to the URL for this request (None: ``path`` as configured)."""
+        return None
+
+    def parse(self, raw: bytes, content_type: str) -> ModelResponse:
+        """A whole (non-streamed) answer."""
+        raise NotImplementedError
+
+    def assembler(self) -> Assembler:
+        raise NotImplementedError
+
+    def whole_events(self, raw: bytes, content_type: str) -> list[StreamEvent]:
+        """A whole answer to a streamed request (an upstream that ignored ``stream``), as events
+        ending in ``StreamDone``."""
+        return completion_events(self.parse(raw, content_type))
+
+    # -- one call, whole or streamed ------------------------------------------------------------
+
+    async def request(self, req: ModelRequest) -> ModelResponse:
+        content = self.body(req, stream=False)
+        try:
+            async with await self._open(content, self.request_path(req, stream=False)) as response:
+                if response.status < 400 and is_event_stream(response):
+                    # An upstream that streams whatever it was asked: the stream is the answer.
+                    assembler = self.assembler()
+                    async for line in response.lines():
+                        assembler.feed(line)
+                    return assembler.finish()
+                status, raw = response.status, await response.read()
+                wait = retry_after_of(response) if status >= 400 else None
+                content_type = response.content_type
+        except (TimeoutError, UpstreamError) as exc:
+            raise self._transport_error(exc) from exc
+        if status >= 400:
+            raise upstream_error(status, raw, self.secrets, wait)
+        return self.parse(raw, content_type)
+
+    async def stream(self, req: ModelRequest) -> AsyncIterator[StreamEvent]:
+        content = self.body(req, stream=True)
+        try:
+            response = await self._open(content, self.request_path(req, stream=True))
+            async with response:
+                if response.status >= 400:
+                    raw, wait = await response.read(), retry_after_of(response)
+                    raise upstream_error(response.status, raw, self.secrets, wait)
+                if not is_event_stream(response):
+                    for event in self.whole_events(await response.read(), response.content_type):
+                        yield event
+                    return
+                assembler = self.assembler()
+                async for line in response.lines():
+                    for event in assembler.feed(line):
+                        yield event
+                yield StreamDone(assembler.finish())
+        except (TimeoutError, UpstreamError) as exc:
+            raise self._transport_error(exc) from exc
 
     def fixed_headers(self) -> dict[str, str]:
         """Headers this kind of upstream always gets (an API version)."""

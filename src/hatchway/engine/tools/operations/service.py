@@ -429,5 +429,5 @@ def _untrusted_before(ctx: RunContext) -> list[str]:
     transactional tool ask the end user (``guards.confirm_when_tainted``, a guard's ``confirm``)."""
     root = ctx.run.root
     if root.confirm_always or (root.confirm_when_tainted and root.tainted_by):
-        return list(dict.fromkeys(root.tainted_by))[-3:] or ["a tool"]
+        return root.tainted_by[-3:] or ["a tool"]
     return []
