@@ -22,7 +22,7 @@ async def shared(request: pytest.FixtureRequest) -> AsyncIterator[Cache]:
 
     cache = RedisCache(REDIS_URL, prefix=f"hatchway-test:{uuid.uuid4().hex}:")
     yield cache
-    keys = [k async for k in cache.client.scan_iter(match=f"{cache.prefix}*")]
+    keys = [k async for k in cache.client.scan_iter(match=f"{cache.prefix}*", count=1000)]
     if keys:
         await cache.client.delete(*keys)
     await cache.close()
