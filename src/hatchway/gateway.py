@@ -21,6 +21,7 @@ from hatchway.engine.tools.mcp.auth import VaultCredentials
 from hatchway.engine.tools.mcp.auth.grants import UserGrantService
 from hatchway.engine.tools.mcp.binding import PluginBinding
 from hatchway.engine.tools.mcp.credentials import McpCredentials
+from hatchway.engine.tools.mcp.pinning import ToolPinning
 from hatchway.engine.tools.mcp.pool import McpServerPool, PoolBounds, keep_expiring
 from hatchway.engine.tools.mcp.questions import InputQuestions
 from hatchway.engine.tools.operations.binding import OperationBinding
@@ -41,6 +42,7 @@ from hatchway.store.limit_overrides import LimitOverrides, overlaid
 from hatchway.store.logs import LogWriter, RequestLogStore
 from hatchway.store.orgs import OrgStore
 from hatchway.store.spool import RecordSpool, database_key
+from hatchway.store.tool_pins import ToolPins
 from hatchway.store.usage import UsageStore, spent_since
 from hatchway.tasks import TaskRegistry
 from hatchway.vault import Vault, load_master_key
@@ -151,6 +153,8 @@ class Gateway:
         # start (ConfigError).
         self.questions = InputQuestions(self.db, self.vault, ttl_seconds=settings.oauth_consent_ttl_seconds)
         """Tools' questions to end users (MCP input requests), held across turns and replicas."""
+        self.tool_pins = ToolPins(self.db)
+        """Tool-definition pins (``hatchway tools``, ``/v1/tools/drift``), per organisation and server."""
         plugins = PluginBinding(
             settings,
             pool=self.mcp_pool,
@@ -158,6 +162,7 @@ class Gateway:
             cache=self.cache,
             questions=self.questions,
             models=self.models,
+            pinning=ToolPinning(self.tool_pins),
         )
         self.planner = Planner(
             settings,

@@ -24,6 +24,7 @@ from hatchway.api import (
     responses_compact,
     responses_socket,
     secrets,
+    tool_pins,
     usage,
 )
 from hatchway.api.chat import ChatCompletionsApp
@@ -128,6 +129,7 @@ def create_app(
         app.include_router(module.router)
     app.include_router(mcp_servers.router)
     app.include_router(connections.router)
+    app.include_router(tool_pins.router)
     mount_dashboard(app)
     observed = {"metrics": gw.telemetry.metrics, "tracing": gw.telemetry.tracing}
     app.add_middleware(ErrorMiddleware)  # inside the observability middleware: it sees the status sent

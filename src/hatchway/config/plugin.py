@@ -239,6 +239,11 @@ class McpServerConfig(_PluginModel):
     a 5xx) only when the tool is idempotent (``idempotent_tools``, or the server's ``idempotentHint``
     or ``readOnlyHint``), else the model is told its outcome is unknown. A tool's own error is never
     retried; a failed listing of the tools (read-only) always is."""
+    tool_drift: Literal["block", "warn", "allow"] | None = None
+    """What a tool whose definition changed since it was approved gets (docs/security.md,
+    "Tool-definition pinning"): ``block`` withholds it (and tools the server adds) until ``hatchway
+    tools approve``; ``warn`` keeps it, logged; ``allow`` pins nothing. Unset: ``block`` for inline
+    plugins' servers, ``warn`` for those of plugins named in hatchway.yaml."""
     idempotent_tools: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
     """Tools safe to call again after a failure that may have reached them (``max_retries``):
     names of the server's tools or globs (``get_*``, ``search_?``; ``*`` for all). A call of any other

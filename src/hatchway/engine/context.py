@@ -112,6 +112,8 @@ class RunState:
     dropped_headers: dict[str, list[str]] = field(default_factory=dict)
     """Server id → the ``forward_headers`` entries of its plugin that were dropped, not forwarded."""
     input_rounds: list[dict[str, Any]] = field(default_factory=list)
+    tool_drift: list[dict[str, Any]] = field(default_factory=list)
+    """Tools whose definition differed from their pin (``engine/tools/mcp/pinning.py``), for the run log."""
     """Each round of a tool call that asked for input (MCP input requests), for the run log."""
     children: list[RunState] = field(default_factory=list)
     delegation: Delegation | None = None

@@ -171,6 +171,7 @@ class RunScope:
             for server, names in ctx.run.dropped_headers.items()
         )
         listing.extend({"type": "input_round", **entry} for entry in ctx.run.input_rounds)
+        listing.extend({"type": "tool_drift", **entry} for entry in ctx.run.tool_drift)
         return LogRecord(
             id=self.log_id,
             org_id=ctx.principal.org_id,

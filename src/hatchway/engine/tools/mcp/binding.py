@@ -111,8 +111,11 @@ class PluginBinding:
         cache: Cache,
         questions: Any = None,
         models: Any = None,
+        pinning: Any = None,
     ) -> None:
         self.pool = pool
+        self.pinning = pinning
+        """``ToolPinning``: tool definitions checked against the organisation's pins (None: not checked)."""
         self.models = models
         """``ModelRouter``: what a plugin with ``agent.allow_sampling`` samples with."""
         self.questions = questions
@@ -180,6 +183,7 @@ class PluginBinding:
                 cache_ttl_seconds=settings.tool_cache_ttl_seconds,
                 max_result_chars=self.max_result_chars,
                 questions=self.questions,
+                pinning=self.pinning,
             )
         return PluginPart(
             client=client,

@@ -16,6 +16,7 @@ from hatchway.engine.tools.base import Interruption, RunPreamble, ToolResult, To
 from hatchway.engine.tools.mcp.answers import UnreadableAnswer, answer_from_reply
 from hatchway.engine.tools.mcp.forwarding import forwarded_headers
 from hatchway.engine.tools.mcp.naming import namespaced_name
+from hatchway.engine.tools.mcp.pinning import ToolPinning
 from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
 from hatchway.engine.tools.mcp.pool import connection_key
 from hatchway.engine.tools.mcp.questions import InputQuestions, InputRequested, PendingInput, check_answerer
@@ -37,8 +38,11 @@ class McpToolset(Toolset):
         cache_ttl_seconds: float = 0,
         max_result_chars: int = 20_000,
         questions: InputQuestions | None = None,
+        pinning: ToolPinning | None = None,
     ) -> None:
         self.client = client
+        self.pinning = pinning
+        """Withholds tools whose definition drifted from the approved one (None: nothing pinned)."""
         self.questions = questions
         """Where a tool's questions to the end user (MRTR elicitation) are held across turns."""
         self.cache = cache
@@ -77,10 +81,11 @@ class McpToolset(Toolset):
             logger.warning("MCP server %s: tools not listed (%s)", server.id, message)
             ctx.run.listing_failures.append(ListingFailure(server.id, message))
             return []
+        tools = [tool for tool in tools if server.exposes(tool.name)]
+        if self.pinning is not None:
+            tools = await self.pinning.admitted(server, tools, ctx, trusted=self.client.trusted)
         specs = []
         for tool in tools:
-            if not server.exposes(tool.name):
-                continue
             name = namespaced_name(server.id, tool.name)
             if name in self._routes and self._routes[name] != (server, tool.name):
                 logger.warning("MCP tool name %s is taken; %s/%s not exposed", name, server.id, tool.name)

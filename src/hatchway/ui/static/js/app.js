@@ -5,6 +5,7 @@ import { h, render } from "./dom.js";
 import { showConnections } from "./pages/connections.js";
 import { showMcpEndpoints, showMcpServers } from "./pages/mcp.js";
 import { showOperations } from "./pages/operations.js";
+import { showPins } from "./pages/pins.js";
 import { showRequests, showRun } from "./pages/requests.js";
 import { showResponses } from "./pages/responses.js";
 import { showSecrets } from "./pages/secrets.js";
@@ -19,6 +20,7 @@ const routes = [
   [/^#\/mcp$/, "mcp", showMcpServers],
   [/^#\/mcp-endpoints$/, "mcp-endpoints", showMcpEndpoints],
   [/^#\/connections$/, "connections", showConnections],
+  [/^#\/pins$/, "pins", showPins],
   [/^#\/responses$/, "responses", showResponses],
 ];
 

@@ -1,0 +1,93 @@
+"""Tool-definition pinning: a tool whose definition changed since it was approved (a "rug pull") is
+withheld from the model until ``hatchway tools approve`` (docs/security.md, "Tool-definition pinning").
+
+What is pinned is what the model would read and what the call would be checked against: the
+server's URL, the tool's name, title, description, input and output schemas and annotations.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from hatchway.config.plugin import McpServerConfig
+from hatchway.engine.context import ListingFailure, RunContext
+from hatchway.store.tool_pins import Seen, ToolPins, definition_hash
+
+logger = logging.getLogger(__name__)
+
+_APPROVED_SECONDS = 10.0
+"""How long a listing found approved is taken as approved without reading the pins again. Only an
+approval that replaces a definition makes such an entry stale (the old one is accepted this much
+longer); a drift is never cached, so a re-approval on any replica is seen at the next listing."""
+_APPROVED_ENTRIES = 4096
+_PINNED = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
+
+
+def definition(server: McpServerConfig, tool: Any) -> dict[str, Any]:
+    """What is pinned of ``tool`` (an MCP ``Tool``)."""
+    dumped = tool.model_dump(mode="json", by_alias=True, exclude_none=True)
+    kept = {k: dumped[k] for k in _PINNED if k in dumped}
+    return {"server_url": server.url or server.command or "", **kept}
+
+
+class ToolPinning:
+    """Checks each listing of a server's tools against the organisation's pins."""
+
+    def __init__(self, pins: ToolPins) -> None:
+        self.pins = pins
+        self._approved: dict[tuple[str, str, str], float] = {}
+
+    async def admitted(
+        self, server: McpServerConfig, tools: list[Any], ctx: RunContext, *, trusted: bool
+    ) -> list[Any]:
+        """The tools the model may see: ``tools`` less those withheld under ``tool_drift: block``."""
+        policy = server.tool_drift or ("warn" if trusted else "block")
+        if policy == "allow" or not tools:
+            return tools
+        seen = []
+        for tool in tools:
+            body = definition(server, tool)
+            seen.append(Seen(tool.name, body, definition_hash(body)))
+        key = (ctx.org_id, server.id, definition_hash({item.tool: item.hash for item in seen}))
+        now = time.monotonic()
+        if self._approved.get(key, 0.0) > now:
+            return tools
+        verdicts = await self.pins.check(ctx.org_id, server.id, seen, add_approved=policy == "warn")
+        changed = {name: verdict for name, verdict in verdicts.items() if verdict != "approved"}
+        if not changed:
+            if len(self._approved) >= _APPROVED_ENTRIES:
+                self._approved = {k: v for k, v in self._approved.items() if v > now}
+                while len(self._approved) >= _APPROVED_ENTRIES:
+                    del self._approved[next(iter(self._approved))]
+            self._approved[key] = now + _APPROVED_SECONDS
+            return tools
+        for name, verdict in changed.items():
+            withheld = policy == "block"
+            ctx.run.tool_drift.append(
+                {"server": server.id, "tool": name, "change": verdict, "withheld": withheld}
+            )
+            what = (
+                "its definition changed since it was approved"
+                if verdict == "drifted"
+                else "the server added it after its tools were pinned"
+            )
+            logger.warning(
+                "MCP server %s (organisation %s), tool %s: %s; %s (hatchway tools diff)",
+                server.id,
+                ctx.org_id,
+                name,
+                what,
+                "withheld until approved" if withheld else "kept (tool_drift: warn)",
+            )
+            if withheld:
+                ctx.run.listing_failures.append(
+                    ListingFailure(
+                        server.id,
+                        f"tool '{name}' withheld: {what} (see hatchway tools diff)",
+                    )
+                )
+        if policy == "warn":
+            return tools
+        return [tool for tool in tools if tool.name not in changed]
