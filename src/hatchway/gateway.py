@@ -153,7 +153,7 @@ class Gateway:
         # start (ConfigError).
         self.questions = InputQuestions(self.db, self.vault, ttl_seconds=settings.oauth_consent_ttl_seconds)
         """Tools' questions to end users (MCP input requests), held across turns and replicas."""
-        self.tool_pins = ToolPins(self.db)
+        self.tool_pins = ToolPins(self.db, max_per_org=settings.max_tool_pins_per_organisation)
         """Tool-definition pins (``hatchway tools``, ``/v1/tools/drift``), per organisation and server."""
         plugins = PluginBinding(
             settings,

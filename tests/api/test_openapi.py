@@ -21,6 +21,7 @@ BODIES = {
     ("post", "/v1/responses/compact"),
     ("put", "/v1/secrets/{name}"),
     ("post", "/v1/operations/{operation_id}/confirm"),
+    ("post", "/v1/tools/drift/{server}/approve"),
 }
 
 

@@ -40,9 +40,9 @@ async def approve_drift(
     request: Request,
     server: Annotated[str, Path(max_length=128)],
     principal: Annotated[Principal, Depends(authenticate)],
-    body: Approval | None = None,
+    body: Approval = Approval(),  # noqa: B008 - optional: {} approves each waiting tool
 ) -> Response:
-    tools = body.tools if body is not None else None
+    tools = body.tools
     approved = await gateway_of(request).tool_pins.approve(principal.org_id, server, tools)
     if not approved:
         raise NotFound(f"no tool of '{server}' waits for approval")

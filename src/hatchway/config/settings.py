@@ -517,6 +517,9 @@ class Settings(StrictModel):
     """An MCP server's answer (a tool result, a listing) is read no further than this: the call gets
     a structured ``tool_result_too_large`` error (an operation's execution is INTERRUPTED: the tool
     ran, its outcome is unknown)."""
+    max_tool_pins_per_organisation: Annotated[int, Field(ge=1)] = 10_000
+    """Tool-definition pins one organisation may hold (docs/security.md, "Tool-definition pinning"):
+    past it a tool not pinned yet is not pinned, and is withheld where ``tool_drift`` is ``block``."""
     memory_cache_max_bytes: Annotated[int, Field(ge=1024 * 1024)] = 64 * 1024 * 1024
     """Without Redis: the in-process cache (tool results, listings, tokens) holds at most this many
     bytes, the least recently used going first."""

@@ -16,14 +16,15 @@ from datetime import datetime
 from typing import Any, Literal
 
 import orjson
-from sqlalchemy import String, select, update
+from sqlalchemy import String, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Mapped, mapped_column
 
 from hatchway.store.db import Database
 from hatchway.store.tables import Base, utcnow
 
-Verdict = Literal["approved", "drifted", "new"]
+Verdict = Literal["approved", "drifted", "new", "unpinned"]
+"""``unpinned``: not pinned, the organisation being at ``max_tool_pins_per_organisation``."""
 
 
 class ToolPin(Base):
@@ -59,8 +60,9 @@ class Seen:
 
 
 class ToolPins:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, max_per_org: int = 10_000) -> None:
         self.db = db
+        self.max_per_org = max_per_org
         dialect = sqlite if db.is_sqlite else postgresql
         self._insert = dialect.insert
 
@@ -83,6 +85,13 @@ class ToolPins:
             }
             first = not rows
             missing = [item for item in seen if item.tool not in rows]
+            refused: set[str] = set()
+            if missing:
+                count = select(func.count()).select_from(ToolPin).where(ToolPin.org_id == org_id)
+                if (await s.scalar(count) or 0) + len(missing) > self.max_per_org:  # endless server ids
+                    refused = {item.tool for item in missing}
+                    seen = [item for item in seen if item.tool not in refused]
+                    missing = []
             if missing:
                 now = utcnow()
                 values = []
@@ -109,7 +118,7 @@ class ToolPins:
                     )
                 )
                 rows.update({row.tool: row for row in inserted})
-            verdicts: dict[str, Verdict] = {}
+            verdicts: dict[str, Verdict] = dict.fromkeys(refused, "unpinned")
             for item in seen:
                 row = rows[item.tool]
                 if row.seen_hash != item.hash:  # what the server says now, for `hatchway tools diff`
@@ -117,14 +126,19 @@ class ToolPins:
                 verdicts[item.tool] = "approved" if row.approved_hash == item.hash else row.verdict
             return verdicts
 
-    async def pins(self, org_id: str, server: str | None = None, *, pending: bool = False) -> list[ToolPin]:
-        """The organisation's pins (one server's), or only those waiting for approval."""
+    async def pins(
+        self, org_id: str, server: str | None = None, *, pending: bool = False, limit: int = 1000
+    ) -> list[ToolPin]:
+        """The organisation's pins (one server's), or only those waiting for approval; ``limit`` at most."""
         query = select(ToolPin).where(ToolPin.org_id == org_id)
         if server is not None:
             query = query.where(ToolPin.server == server)
+        if pending:
+            query = query.where(
+                or_(ToolPin.approved_hash.is_(None), ToolPin.approved_hash != ToolPin.seen_hash)
+            )
         async with self.db.session() as s:
-            rows = list(await s.scalars(query.order_by(ToolPin.server, ToolPin.tool)))
-        return [row for row in rows if row.verdict != "approved"] if pending else rows
+            return list(await s.scalars(query.order_by(ToolPin.server, ToolPin.tool).limit(limit)))
 
     async def waiting(self, org_id: str, server: str | None = None) -> list[dict[str, Any]]:
         """What ``hatchway tools diff --json`` and ``GET /v1/tools/drift`` show: each waiting tool."""

@@ -54,7 +54,10 @@ class ToolPinning:
         now = time.monotonic()
         if self._approved.get(key, 0.0) > now:
             return tools
-        verdicts = await self.pins.check(ctx.org_id, server.id, seen, add_approved=policy == "warn")
+        # What is stored and shown (`hatchway tools diff`) has the run's known secrets redacted (a
+        # server may echo one in a description); the hashes are of what the server said.
+        stored = [Seen(item.tool, ctx.redact_value(item.definition), item.hash) for item in seen]
+        verdicts = await self.pins.check(ctx.org_id, server.id, stored, add_approved=policy == "warn")
         changed = {name: verdict for name, verdict in verdicts.items() if verdict != "approved"}
         if not changed:
             if len(self._approved) >= _APPROVED_ENTRIES:
@@ -68,11 +71,10 @@ class ToolPinning:
             ctx.run.tool_drift.append(
                 {"server": server.id, "tool": name, "change": verdict, "withheld": withheld}
             )
-            what = (
-                "its definition changed since it was approved"
-                if verdict == "drifted"
-                else "the server added it after its tools were pinned"
-            )
+            what = {
+                "drifted": "its definition changed since it was approved",
+                "new": "the server added it after its tools were pinned",
+            }.get(verdict, "the organisation holds max_tool_pins_per_organisation pins")
             logger.warning(
                 "MCP server %s (organisation %s), tool %s: %s; %s (hatchway tools diff)",
                 server.id,
