@@ -7,8 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.engine.guards.test_tool_pinning import POISON, _offered, _pull_the_rug, _until, _with_rug
-from tests.support.agent_loop import inline
+from tests.engine.guards.test_tool_pinning import POISON, _offered, withheld_echo
 from tests.support.browser import Dashboard
 from tests.support.mcp_servers import McpTestServer
 from tests.support.scripted_llm import ScriptedLLM
@@ -20,12 +19,7 @@ expect = sync_api.expect
 def test_a_drifted_tool_is_shown_with_its_diff_and_approved_from_the_page(
     mcp_server_factory: Callable[..., McpTestServer], gateway_factory, llm: ScriptedLLM, dashboard: Dashboard
 ) -> None:
-    server = _with_rug(mcp_server_factory("s"))
-    gateway = gateway_factory(allow_private_mcp_urls=True)
-    headers = {"hatchway-mcp-plugin": inline({"mcp_servers": [{"id": "inl", "url": server.url}]})}
-    _offered(gateway, llm, headers)
-    _pull_the_rug(gateway, llm, headers, "inl")
-    _until(lambda: "inl__echo" not in _offered(gateway, llm, headers)[0], "echo to be withheld")
+    gateway, headers = withheld_echo(mcp_server_factory, gateway_factory, llm)
 
     page = dashboard.open(f"{gateway.url}/ui")
     page.get_by_label("API key").fill(gateway.key)

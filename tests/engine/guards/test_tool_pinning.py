@@ -65,6 +65,17 @@ def _pull_the_rug(gateway, llm: ScriptedLLM, headers: dict[str, str], server_id:
     assert "pulled" in (answer.choices[0].message.content or "")
 
 
+def withheld_echo(mcp_server_factory, gateway_factory, llm: ScriptedLLM):  # type: ignore[no-untyped-def]
+    """A gateway whose inline server ``inl`` redefined ``echo`` after it was pinned: withheld now."""
+    server = _with_rug(mcp_server_factory("s"))
+    gateway = gateway_factory(allow_private_mcp_urls=True)
+    headers = {"hatchway-mcp-plugin": inline({"mcp_servers": [{"id": "inl", "url": server.url}]})}
+    _offered(gateway, llm, headers)
+    _pull_the_rug(gateway, llm, headers, "inl")
+    _until(lambda: "inl__echo" not in _offered(gateway, llm, headers)[0], "echo to be withheld")
+    return gateway, headers
+
+
 def _cli(gateway, *args: str) -> Any:  # type: ignore[no-untyped-def]
     done = run([*args, "--org", gateway.org.org_name, "--config", str(gateway.config_path)], Path.cwd())
     assert done.returncode == 0, done.stderr
@@ -171,12 +182,7 @@ def test_pins_hold_across_replicas_and_a_tool_added_later_waits(
 def test_the_organisation_sees_and_approves_only_its_own_drift_over_http(
     mcp_server_factory: Callable[..., McpTestServer], gateway_factory, llm: ScriptedLLM
 ) -> None:
-    server = _with_rug(mcp_server_factory("s"))
-    gateway = gateway_factory(allow_private_mcp_urls=True)
-    headers = {"hatchway-mcp-plugin": inline({"mcp_servers": [{"id": "inl", "url": server.url}]})}
-    _offered(gateway, llm, headers)
-    _pull_the_rug(gateway, llm, headers, "inl")
-    _until(lambda: "inl__echo" not in _offered(gateway, llm, headers)[0], "echo to be withheld")
+    gateway, headers = withheld_echo(mcp_server_factory, gateway_factory, llm)
     other = gateway.new_org()
 
     def call(method: str, path: str, key: str, **kw: Any) -> httpx.Response:
