@@ -20,6 +20,29 @@ def open_fds(process: ServeProcess) -> int:
     return len(list(Path(f"/proc/{process.proc.pid}/fd").iterdir()))
 
 
+def connections_to(process: ServeProcess, port: int) -> int:
+    """The process's established TCP connections to ``port``: its sockets (``/proc/<pid>/fd``) that
+    ``/proc/<pid>/net/tcp*`` lists as connected there. Counting these, not every descriptor, leaves out
+    what else the process opens meanwhile (a database connection, the upstream's keep-alive)."""
+    pid = process.proc.pid
+    sockets = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = fd.readlink().name
+        except OSError:  # closed between the listing and the read
+            continue
+        if target.startswith("socket:["):
+            sockets.add(target[len("socket:[") : -1])
+    count = 0
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            remote, state, inode = fields[2], fields[3], fields[9]
+            if state == "01" and int(remote.rsplit(":", 1)[1], 16) == port and inode in sockets:
+                count += 1
+    return count
+
+
 def rss_mib(process: ServeProcess) -> float:
     status = Path(f"/proc/{process.proc.pid}/status").read_text()
     return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))) / 1024
@@ -49,7 +72,9 @@ def test_many_distinct_inline_servers_leave_a_bounded_pool_that_drains_when_idle
         client.chat.completions.create(
             model="gpt-4o", messages=USER, extra_headers={"hatchway-mcp-plugin": first}
         )
+        port = server.server.port
         fds, rss = open_fds(gateway), rss_mib(gateway)
+        assert connections_to(gateway, port) >= 1, "the first session is open"
 
         for n in range(1, 60):  # 59 more servers, each a URL of its own: a session of its own
             plugin = inline({"mcp_servers": [{"id": "s", "url": f"{server.url}?n={n}"}]})
@@ -58,7 +83,9 @@ def test_many_distinct_inline_servers_leave_a_bounded_pool_that_drains_when_idle
             )
 
         assert open_fds(gateway) - fds < 8 * 4, "more sessions than max_sessions_per_organisation stayed open"
+        assert connections_to(gateway, port) <= 8 * 2, "more sessions than max_sessions_per_organisation"
         assert rss_mib(gateway) - rss < 40
-        wait_until(lambda: open_fds(gateway) < fds, timeout=30, message="the idle sessions to close")
+        drained = lambda: connections_to(gateway, port) == 0  # noqa: E731
+        wait_until(drained, timeout=30, message="the idle sessions to close")
     finally:
         replicas.stop()
