@@ -133,9 +133,10 @@ MEANINGS: dict[str, str] = {
     "oauth_unavailable": "Per-user OAuth is not configured where this call ran.",
     "input_not_yours": "A tool's open question can only be answered by the end user it was asked of "
     "(the conversation's `X-On-Behalf-Of`); it stays open.",
-    "blocked_by_guard": "A guarded run's tool result read as instructions to the model (prompt "
-    "injection) and was withheld; the model reads this error instead (`guards.heuristic: block`, "
-    "docs/security.md).",
+    "blocked_by_guard": "A guarded run's tool result was withheld by a detector whose action is "
+    "`block` (prompt injection, a credential, personal data, the classifier's verdict, or a "
+    "classifier that could not answer); the model reads this error instead, naming the detectors "
+    "(`guards:`, docs/security.md).",
     "run_budget_exhausted": "The run tree's budget (`max_run_tokens`, `max_run_cost_usd`, "
     "`max_run_tool_calls`) is spent: the tool call or subagent was not started, and the run's next "
     "round has no tools (docs/limits.md).",

@@ -112,6 +112,9 @@ class ToolSpec:
     description: str = ""
     parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
     strict: bool | None = None
+    unpinned: bool = False
+    """Its description is an MCP server's words that no approved pin vouches for (``tool_drift:
+    allow``, or a drift kept under ``warn``): a guarded run spotlights it."""
 
     def to_chat(self) -> dict[str, Any]:
         fn: dict[str, Any] = {

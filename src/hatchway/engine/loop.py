@@ -225,6 +225,8 @@ class AgentLoop:
             run.conversation.insert(0, note)
         ctx.run.run_budget(self.settings.budget)
         specs = await self.router.prepare(ctx)
+        if self.settings.guard is not None:
+            specs = self.settings.guard.tools(specs)
         step: NextStep = await self._preamble(run, ctx)
         while isinstance(step, NextStepRunAgain):
             async for event in self._round(run, specs, ctx, stream=stream):
@@ -413,6 +415,7 @@ class AgentLoop:
         for call, refusal in refused:
             outcomes[call.call_id] = (refusal, 0.0)
         interruption: Interruption | None = None
+        finished: dict[str, tuple[ToolResult, float]] = {}
         for call in calls:
             tool_result, duration = outcomes.get(call.call_id) or (
                 ToolResult.error(
@@ -421,11 +424,11 @@ class AgentLoop:
                 0.0,
             )
             tool_result.output = self._fit(ctx.redact(tool_result.output))
-            if self.settings.guard is not None and call.call_id in started:
-                seen = self.settings.guard.inspect(call.name, tool_result.output, ctx)
-                tool_result.output = seen.output
-                if seen.findings:
-                    tool_result.meta["guard"] = seen.record()
+            finished[call.call_id] = (tool_result, duration)
+        if self.settings.guard is not None:
+            await _guard(self.settings.guard, [c for c in calls if c.call_id in started], finished, ctx)
+        for call in calls:
+            tool_result, duration = finished[call.call_id]
             run.append(FunctionCallOutput(call_id=call.call_id, output=tool_result.output))
             run.steps.append(_tool_step(number, call, tool_result, duration, ctx))
             if tool_result.interrupt is not None and interruption is None:
@@ -595,3 +598,20 @@ def _tool_step(
         "result_preview": result.output[:500],
         **meta,
     }
+
+
+async def _guard(
+    guard: ToolOutputGuard,
+    calls: list[FunctionCall],
+    finished: dict[str, tuple[ToolResult, float]],
+    ctx: RunContext,
+) -> None:
+    """The guard's look at each result the tools gave (an external classifier's, concurrently)."""
+    results = [finished[c.call_id][0] for c in calls]
+    seen = await asyncio.gather(
+        *(guard.inspect(c.name, r.output, ctx) for c, r in zip(calls, results, strict=True))
+    )
+    for tool_result, inspected in zip(results, seen, strict=True):
+        tool_result.output = inspected.output
+        if inspected.findings:
+            tool_result.meta["guard"] = inspected.record()

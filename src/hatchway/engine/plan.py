@@ -23,6 +23,7 @@ from typing import Any
 from hatchway.config.plugin import StreamMode
 from hatchway.config.settings import AgentConfig, Settings
 from hatchway.engine.context import RunBudget, RunContext
+from hatchway.engine.guards.classifier import Classifier
 from hatchway.engine.guards.guard import ToolOutputGuard
 from hatchway.engine.items import Item, Message, ToolSpec
 from hatchway.engine.loop import AgentLoop, LoopSettings
@@ -119,6 +120,8 @@ class Planner:
         self.operations = operations
         self.max_tool_result_chars = settings.max_tool_result_chars
         self.guards = settings.guards
+        judge = settings.guards.classifier
+        self.classifier = Classifier(judge, models) if judge is not None else None
         self.max_tool_calls_per_round = settings.max_tool_calls_per_round
         self.max_tool_calls_per_run = settings.max_tool_calls_per_run
         self._agents = {a.name: a for a in settings.agents}
@@ -170,7 +173,7 @@ class Planner:
         loop = dataclasses.replace(
             loop,
             budget=run_budget(target.agent, plugin),
-            guard=ToolOutputGuard(self.guards) if guarded else None,
+            guard=ToolOutputGuard(self.guards, self.classifier) if guarded else None,
         )
         source = plugin.source if plugin is not None else None
         agent = target.agent.name if target.agent is not None else None

@@ -196,7 +196,8 @@ class Metrics:
                 child(self.tool_cache_hits, server, tool).inc()
             guard = step.get("guard")
             for finding in guard["findings"] if guard else ():  # fixed vocabularies: bounded labels
-                child(self.guard_findings, finding["detector"], finding["kind"], str(guard["action"])).inc()
+                action = str(finding.get("action") or guard["action"])
+                child(self.guard_findings, finding["detector"], finding["kind"], action).inc()
 
     def records_dropped(self, reason: str, count: int) -> None:
         """The run-log sink's tally (``store/log_sink.py`` ``RecordTally``)."""

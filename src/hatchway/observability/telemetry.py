@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,6 +104,7 @@ class Telemetry:
         )
         if record.finish_reason:
             span.set_attribute("gen_ai.response.finish_reasons", [record.finish_reason])
+        span.set_attributes(guard_attributes(record.steps or ()))
         if record.status != "ok":
             span.set_status(Status(StatusCode.ERROR, f"HTTP {record.http_status}"))
         span.end()
@@ -111,3 +112,22 @@ class Telemetry:
     def observe_record(self, record: Record) -> None:
         """Every record the log writer receives feeds the run metrics."""
         self.metrics.observe_record(record)
+
+
+def guard_attributes(steps: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """What the guards found in a run's tool results, for its span: how many findings, and which
+    detectors, kinds and actions (sorted, each once); nothing when they found nothing."""
+    findings = [
+        f
+        for step in steps
+        if step.get("type") == "tool_call" and step.get("guard")
+        for f in step["guard"]["findings"]
+    ]
+    if not findings:
+        return {}
+    return {
+        "hatchway.guard.findings": len(findings),
+        "hatchway.guard.detectors": sorted({str(f["detector"]) for f in findings}),
+        "hatchway.guard.kinds": sorted({str(f["kind"]) for f in findings}),
+        "hatchway.guard.actions": sorted({str(f.get("action") or "") for f in findings}),
+    }

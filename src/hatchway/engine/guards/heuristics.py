@@ -8,7 +8,8 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from dataclasses import dataclass
+
+from hatchway.engine.guards.findings import MAX_SCANNED, Finding
 
 _PATTERNS: list[tuple[str, tuple[str, ...], re.Pattern[str]]] = [
     (
@@ -93,16 +94,6 @@ _WINDOWS = 32
 _BEFORE, _AFTER = 80, 200
 _BASE64 = re.compile(r"[A-Za-z0-9+/]{24,}={0,2}")
 _PUNCTUATION = "\"'`.,;:()[]{}<>!?"
-MAX_SCANNED = 200_000
-"""Characters of a result the detector reads (a longer one is scanned up to here)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    detector: str
-    kind: str
-    excerpt: str
-    """A short piece of the text that matched (at most 80 characters), for the run log."""
 
 
 def _windows(text: str, low: str, triggers: tuple[str, ...]) -> list[str]:
@@ -124,7 +115,7 @@ def _matches(text: str, encoded: bool) -> list[Finding]:
             match = pattern.search(window)
             if match is not None:
                 name = f"{kind}_base64" if encoded else kind
-                out.append(Finding("heuristic", name, match.group(0)[:80]))
+                out.append(Finding("heuristic", name, match.group(0)[:80], match.group(0)))
                 break
     return out
 
@@ -145,5 +136,10 @@ def scan(text: str) -> list[Finding]:
             decoded = base64.b64decode(blob + "=" * (-len(blob) % 4), validate=True).decode("utf-8")
         except (binascii.Error, UnicodeDecodeError, ValueError):
             continue
-        findings += [f for f in _matches(decoded, encoded=True) if f not in findings]
+        # What redact cuts is the base64 itself: the decoded text is not in the result.
+        findings += [
+            Finding(f.detector, f.kind, f.excerpt, blob)
+            for f in _matches(decoded, encoded=True)
+            if f not in findings
+        ]
     return findings

@@ -32,6 +32,19 @@ def definition(server: McpServerConfig, tool: Any) -> dict[str, Any]:
     return {"server_url": server.url or server.command or "", **kept}
 
 
+def drift_policy(server: McpServerConfig, *, trusted: bool) -> str:
+    """``tool_drift`` of ``server``: as set, else ``warn`` for hatchway.yaml's, ``block`` for inline."""
+    return server.tool_drift or ("warn" if trusted else "block")
+
+
+def unpinned(server: McpServerConfig, tools: list[Any], ctx: RunContext, *, trusted: bool) -> set[str]:
+    """Which of the admitted ``tools`` no approved pin vouches for: all under ``allow``, the drifted,
+    new or unpinnable ones kept under ``warn`` (this run's ``tool_drift`` steps)."""
+    if drift_policy(server, trusted=trusted) == "allow":
+        return {tool.name for tool in tools}
+    return {d["tool"] for d in ctx.run.tool_drift if d["server"] == server.id and not d["withheld"]}
+
+
 class ToolPinning:
     """Checks each listing of a server's tools against the organisation's pins."""
 
@@ -43,7 +56,7 @@ class ToolPinning:
         self, server: McpServerConfig, tools: list[Any], ctx: RunContext, *, trusted: bool
     ) -> list[Any]:
         """The tools the model may see: ``tools`` less those withheld under ``tool_drift: block``."""
-        policy = server.tool_drift or ("warn" if trusted else "block")
+        policy = drift_policy(server, trusted=trusted)
         if policy == "allow" or not tools:
             return tools
         seen = []

@@ -16,7 +16,7 @@ from hatchway.engine.tools.base import Interruption, RunPreamble, ToolResult, To
 from hatchway.engine.tools.mcp.answers import UnreadableAnswer, answer_from_reply
 from hatchway.engine.tools.mcp.forwarding import forwarded_headers
 from hatchway.engine.tools.mcp.naming import namespaced_name
-from hatchway.engine.tools.mcp.pinning import ToolPinning
+from hatchway.engine.tools.mcp.pinning import ToolPinning, unpinned
 from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
 from hatchway.engine.tools.mcp.pool import connection_key
 from hatchway.engine.tools.mcp.questions import InputQuestions, InputRequested, PendingInput, check_answerer
@@ -82,8 +82,10 @@ class McpToolset(Toolset):
             ctx.run.listing_failures.append(ListingFailure(server.id, message))
             return []
         tools = [tool for tool in tools if server.exposes(tool.name)]
+        vouched_for: set[str] | None = None
         if self.pinning is not None:
             tools = await self.pinning.admitted(server, tools, ctx, trusted=self.client.trusted)
+            vouched_for = {t.name for t in tools} - unpinned(server, tools, ctx, trusted=self.client.trusted)
         specs = []
         for tool in tools:
             name = namespaced_name(server.id, tool.name)
@@ -91,7 +93,14 @@ class McpToolset(Toolset):
                 logger.warning("MCP tool name %s is taken; %s/%s not exposed", name, server.id, tool.name)
                 continue
             self._routes[name] = (server, tool.name)
-            specs.append(ToolSpec(name=name, description=tool.description or "", parameters=_schema(tool)))
+            specs.append(
+                ToolSpec(
+                    name=name,
+                    description=tool.description or "",
+                    parameters=_schema(tool),
+                    unpinned=vouched_for is not None and tool.name not in vouched_for,
+                )
+            )
         return specs
 
     async def before_run(self, items: list[Item], ctx: RunContext) -> RunPreamble | None:
