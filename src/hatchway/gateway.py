@@ -155,6 +155,8 @@ class Gateway:
         """Tools' questions to end users (MCP input requests), held across turns and replicas."""
         self.tool_pins = ToolPins(self.db, max_per_org=settings.max_tool_pins_per_organisation)
         """Tool-definition pins (``hatchway tools``, ``/v1/tools/drift``), per organisation and server."""
+        self.tool_pinning = ToolPinning(self.tool_pins)
+        """Each listing of an MCP server's tools checked against the pins: runs' and ``/mcp/<name>``'s."""
         plugins = PluginBinding(
             settings,
             pool=self.mcp_pool,
@@ -162,7 +164,7 @@ class Gateway:
             cache=self.cache,
             questions=self.questions,
             models=self.models,
-            pinning=ToolPinning(self.tool_pins),
+            pinning=self.tool_pinning,
         )
         self.planner = Planner(
             settings,

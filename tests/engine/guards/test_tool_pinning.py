@@ -5,6 +5,7 @@ replicas case."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable
@@ -12,9 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import Context
 
-from tests.support.agent_loop import USER, inline, log_of, rounds, rule_for, summarise
+from tests.support.agent_loop import USER, inline, log_of, rounds, rule_for, summarise, write_plugin
 from tests.support.cli import run
 from tests.support.mcp_servers import McpTestServer
 from tests.support.scripted_llm import Reply, ScriptedLLM
@@ -199,3 +203,42 @@ def test_the_organisation_sees_and_approves_only_its_own_drift_over_http(
     approved = call("POST", "/v1/tools/drift/inl/approve", gateway.key, json={"tools": ["echo"]})
     assert approved.status_code == 200 and approved.json()["tools"] == ["echo"]
     assert _offered(gateway, llm, headers)[0]["inl__echo"] == POISON
+
+
+def test_a_drifted_tool_is_withheld_from_the_gateways_own_mcp_endpoint_too(
+    mcp_server_factory: Callable[..., McpTestServer], gateway_factory, llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    """``/mcp/<name>`` hands upstream definitions to other agents: the same pins stand between."""
+    server = _with_rug(mcp_server_factory("s"))
+    plugin = write_plugin(
+        tmp_path, "ops", {"mcp_servers": [{"id": "ops", "url": server.url, "tool_drift": "block"}]}
+    )
+    gateway = gateway_factory(
+        allow_private_mcp_urls=True,
+        agents=[{"name": "ops", "model": "gpt-4o", "plugin": plugin}],
+        mcp_endpoints=[{"name": "ops", "agent": "ops"}],
+    )
+
+    async def session(work: Callable[[Client], Any]) -> Any:
+        http = httpx2.AsyncClient(headers={"authorization": f"Bearer {gateway.key}"}, timeout=30)
+        async with Client(streamable_http_client(f"{gateway.url}/mcp/ops", http_client=http)) as client:  # type: ignore[arg-type]
+            return await work(client)
+
+    async def listed(client: Client) -> dict[str, str]:
+        return {t.name: t.description or "" for t in (await client.list_tools()).tools}
+
+    assert asyncio.run(session(listed))["ops__echo"] == "Echo the text back."  # pinned on first sight
+    pulled = asyncio.run(session(lambda client: client.call_tool("ops__rug", {})))
+    assert "pulled" in str(pulled.content)
+
+    tools = _until(
+        lambda: (seen := asyncio.run(session(listed))) and "ops__echo" not in seen and seen, "echo withheld"
+    )
+    assert "ops__add" in tools and POISON not in json.dumps(tools)
+    refused = asyncio.run(session(lambda client: client.call_tool("ops__echo", {"text": "x"})))
+    assert refused.is_error and "No tool named" in str(refused.content)
+    [diff] = json.loads(_cli(gateway, "tools", "diff", "--json"))
+    assert (diff["server"], diff["tool"], diff["change"]) == ("ops", "echo", "drifted")
+
+    _cli(gateway, "tools", "approve", "ops", "echo")
+    assert asyncio.run(session(listed))["ops__echo"] == POISON  # what the operator approved

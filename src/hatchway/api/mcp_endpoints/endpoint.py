@@ -223,6 +223,8 @@ class Endpoint:
         for server in self.plugin.mcp_servers if servers is None else servers:
             try:
                 tools = await client.list_tools(server, ctx)
+                # Pinned as a run's listing is: a drift kept with a warning, or withheld (tool_drift).
+                tools = await self.gateway.tool_pinning.admitted(server, tools, ctx, trusted=True)
             except HatchwayError as exc:
                 logger.warning("MCP endpoint %s: %s not listed (%s)", self.config.name, server.id, exc.code)
                 continue
