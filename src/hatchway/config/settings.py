@@ -134,6 +134,7 @@ GuardAction = Literal["off", "flag", "redact", "block", "confirm"]
 
 SecretDetector = Literal[
     "AWSKeyDetector",
+    "AuthorizationHeaderDetector",
     "AzureStorageKeyDetector",
     "BasicAuthDetector",
     "DiscordBotTokenDetector",
@@ -150,10 +151,11 @@ SecretDetector = Literal[
     "TelegramBotTokenDetector",
     "TwilioKeyDetector",
 ]
-"""detect-secrets' plugins whose patterns are linear on any text. Not offered: its npm and OpenAI
-patterns (2.4 s and 1.1 s on 20,000 hostile characters: they backtrack), the keyword and cloud-login
-ones (Cloudant, IBM, SoftLayer, Artifactory: slow, and they flag ordinary words), the entropy ones
-(they flag every long identifier)."""
+"""The secret detector's detectors, named after detect-secrets' plugins (whose patterns they use,
+anchored, with the gateway's own beside them; ``AuthorizationHeaderDetector`` is the gateway's).
+Not offered: detect-secrets' npm and OpenAI patterns (2.4 s and 1.1 s on 20,000 hostile characters:
+they backtrack), its keyword and cloud-login ones (Cloudant, IBM, SoftLayer, Artifactory: slow, and
+they flag ordinary words), its entropy ones (they flag every long identifier)."""
 
 PiiKind = Literal["email", "phone", "card", "iban", "cpf", "cnpj", "ssn"]
 

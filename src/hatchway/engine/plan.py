@@ -15,7 +15,6 @@ spans. ``RunPlan.agent_loop`` is the one factory of the loop for every adapter.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -157,6 +156,11 @@ class Planner:
             self.operations.bind(target.agent, caller),
             bind_subagents(target.agent, request.children, default_model=target.public_model),
         ]
+        guarded = self.guards.enabled or (plugin is not None and plugin.guarded)
+        # One construction (dataclasses.replace costs more than the rest of planning a plain call).
+        per_plugin: dict[str, Any] = {}
+        if plugin is not None:
+            per_plugin = {"max_rounds": plugin.max_rounds, "tool_call_parallel": plugin.tool_call_parallel}
         loop = LoopSettings(
             max_tool_calls=request.max_tool_calls,
             max_tool_result_chars=self.max_tool_result_chars,
@@ -164,16 +168,9 @@ class Planner:
             max_tool_calls_per_run=self.max_tool_calls_per_run,
             stream_tool_round_text=request.stream_tool_round_text,
             price=call_cost,  # what the provider priced the call at (engine/pricing.py)
-        )
-        if plugin is not None:
-            loop = dataclasses.replace(
-                loop, max_rounds=plugin.max_rounds, tool_call_parallel=plugin.tool_call_parallel
-            )
-        guarded = self.guards.enabled or (plugin is not None and plugin.guarded)
-        loop = dataclasses.replace(
-            loop,
             budget=run_budget(target.agent, plugin),
             guard=ToolOutputGuard(self.guards, self.classifier) if guarded else None,
+            **per_plugin,
         )
         source = plugin.source if plugin is not None else None
         agent = target.agent.name if target.agent is not None else None

@@ -73,8 +73,11 @@ _PATTERNS: list[tuple[str, tuple[str, ...], re.Pattern[str]]] = [
         "exfiltration",
         ("send", "post", "upload", "forward", "email", "exfiltrate", "transmit"),
         re.compile(
-            r"\b(send|post|upload|forward|email|exfiltrate|transmit)\b[^.\n]{0,60}\b(to|at)\b[^.\n]{0,20}"
-            r"(https?://|\S+@\S+\.\w+)",
+            # The destination right after "to"/"at": a URL, or an address bounded on both sides (an
+            # unbounded \S+@\S+ after two gaps backtracks cubically: 0.7 s on 280 characters).
+            r"\b(send|post|upload|forward|email|exfiltrate|transmit)\b[^.\n]{0,60}?\b(to|at)\s{1,4}"
+            r"(?:the\s{1,4}|this\s{1,4}|my\s{1,4})?(?:address\s{1,4}|url\s{1,4}|endpoint\s{1,4})?"
+            r"(https?://|[^\s@]{1,64}@[\w-]{1,63}\.\w)",
             re.I,
         ),
     ),

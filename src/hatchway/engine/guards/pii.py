@@ -10,6 +10,7 @@ identifiers whose format or checksum makes them certain."""
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Callable, Sequence
 
@@ -25,9 +26,16 @@ def _digits(text: str) -> str:
     return _DIGITS.sub("", text)
 
 
+_ISSUERS = re.compile(
+    r"4|5[1-5]|2(?:2[2-9]|[3-6]|7[01]|720)|3[47]|3(?:0[0-5]|[68])|35(?:2[89]|[3-8])|6(?:011|5|4[4-9]|2)"
+)
+"""The issuer prefixes of Visa, Mastercard, Amex, Diners, JCB, Discover and UnionPay: a Luhn-valid
+number of another prefix is an id."""
+
+
 def _card(text: str) -> bool:
     digits = _digits(text)
-    return 13 <= len(digits) <= 19 and digits[0] in "23456" and luhn.is_valid(digits)
+    return 13 <= len(digits) <= 19 and _ISSUERS.match(digits) is not None and luhn.is_valid(digits)
 
 
 def _phone(text: str) -> bool:
@@ -40,16 +48,30 @@ _KINDS: dict[str, tuple[re.Pattern[str], Callable[[str], bool] | None]] = {
         re.compile(
             r"(?<![\w.+%-])[\w.+%-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){0,8}\.[A-Za-z]{2,24}\b"
         ),
-        None,
+        lambda t: t.rsplit(".", 1)[1].lower() not in _NOT_TLDS,  # logo@2x.png is a file
     ),
     "iban": (
         re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?(?![A-Za-z0-9])"),
         iban.is_valid,
     ),
-    "cnpj": (re.compile(r"(?<![\d./-])\d{2}\.\d{3}\.\d{3}/\d{4}-\d{2}(?!\d)"), cnpj.is_valid),
-    "cpf": (re.compile(r"(?<![\d./-])\d{3}\.?\d{3}\.?\d{3}-?\d{2}(?![\d/])"), cpf.is_valid),
-    "card": (re.compile(r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])"), _card),
-    "ssn": (re.compile(r"(?<![\d-])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\d-])"), None),
+    "cnpj": (re.compile(r"(?<![\w./-])\d{2}\.\d{3}\.\d{3}/\d{4}-\d{2}(?!\w)"), cnpj.is_valid),
+    "cpf": (re.compile(r"(?<![\w./-])\d{3}\.?\d{3}\.?\d{3}-?\d{2}(?![\w/])"), cpf.is_valid),
+    # 13–19 digits, plain or in groups of one separator (4-4-4-4, Amex's 4-6-5), not inside a
+    # hexadecimal or alphanumeric token (a hash, a UUID).
+    "card": (
+        re.compile(
+            r"(?<![\w-])(?:\d{13,19}|\d{4}([ -])\d{4}\1\d{4}\1\d{1,7}|\d{4}([ -])\d{6}\2\d{4,5})(?![\w-])"
+        ),
+        _card,
+    ),
+    # Dashed, and named: a bare ddd-dd-dddd is as often a part number.
+    "ssn": (
+        re.compile(
+            r"(?i)\b(?:ssn|social security(?: number| no\.?)?|tin)\b[^\n\d]{0,16}"
+            r"(?<![\d-])((?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4})(?![\d-])"
+        ),
+        None,
+    ),
     "phone": (
         re.compile(r"(?<![\w+])\+\d[\d ().-]{6,20}\d(?!\d)|(?<![\d)])\(\d{2}\) ?9?\d{4}-?\d{4}(?!\d)"),
         _phone,
@@ -57,11 +79,15 @@ _KINDS: dict[str, tuple[re.Pattern[str], Callable[[str], bool] | None]] = {
 }
 """In this order: a match that overlaps an earlier one is not looked at again (a CNPJ is not also a
 card number)."""
-_NUMERIC = ("cnpj", "cpf", "card", "ssn", "phone")
+_NUMERIC = ("cnpj", "cpf", "card", "phone")
+_NOT_TLDS = {"png", "jpg", "jpeg", "gif", "svg", "webp", "ico", "bmp", "avif", "pdf"}
 _NUMBERS = re.compile(r"\d(?:[\d ./()-]*\d)?")
 """Runs of digits and the separators those kinds use: each numeric pattern is tried only on the runs
 of 9 characters or more (a result of short ids and dates holds none), one C scan for all of them."""
 MAX_FINDINGS = 100
+MAX_CANDIDATES = 2_000
+"""Candidates of one kind checked in a result (a result of 50,000 numbers is checked for the first
+2,000 of each kind: the cost stays bounded)."""
 _ATS = 64
 
 
@@ -80,6 +106,8 @@ def _around_ats(text: str) -> list[tuple[str, int, int]]:
 def _spans(text: str, kinds: Sequence[str]) -> list[tuple[str, int, int]]:
     """Where each kind's pattern may match: the whole text, or the long runs of digits."""
     out = [("iban", 0, len(text))] if "iban" in kinds else []
+    if "ssn" in kinds and "-" in text:
+        out.append(("ssn", 0, len(text)))
     if "email" in kinds:
         out += _around_ats(text)
     numeric = [k for k in _NUMERIC if k in kinds]
@@ -94,17 +122,22 @@ def _spans(text: str, kinds: Sequence[str]) -> list[tuple[str, int, int]]:
 def scan(text: str, kinds: Sequence[str]) -> list[Finding]:
     """Each distinct piece of personal data of ``kinds`` in ``text``."""
     text = text[:MAX_SCANNED]
-    taken: list[tuple[int, int]] = []
+    taken: list[tuple[int, int]] = []  # sorted, not overlapping
     found: dict[str, Finding] = {}
+    tried: dict[str, int] = {}
     for kind, pos, endpos in _spans(text, kinds):
         pattern, valid = _KINDS[kind]
         for match in pattern.finditer(text, pos, endpos):
-            value, start, end = match.group(0), match.start(), match.end()
-            if value in found or any(s < end and start < e for s, e in taken):
+            if tried.get(kind, 0) >= MAX_CANDIDATES:
+                break
+            tried[kind] = tried.get(kind, 0) + 1
+            value = match.group(match.lastindex or 0) if kind == "ssn" else match.group(0)
+            start, end = match.span(match.lastindex or 0) if kind == "ssn" else match.span()
+            at = bisect.bisect_left(taken, (start, end))
+            overlaps = (at > 0 and taken[at - 1][1] > start) or (at < len(taken) and taken[at][0] < end)
+            if value in found or overlaps or (valid is not None and not valid(value)):
                 continue
-            if valid is not None and not valid(value):
-                continue
-            taken.append((start, end))
+            taken.insert(at, (start, end))
             found[value] = Finding("pii", kind, f"{kind} ({len(value)} characters)", value)
             if len(found) >= MAX_FINDINGS:
                 return list(found.values())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import replace
 
 from hatchway.engine.pricing import ProviderPrices
 from hatchway.engine.providers.base import ModelProvider, ModelRequest, ModelResponse, StreamDone, StreamEvent
@@ -34,11 +33,15 @@ class PricedProvider(ModelProvider):
                 await aclose()
 
     def _priced(self, req: ModelRequest, response: ModelResponse) -> ModelResponse:
+        # In place: the response and its usage were made for this call by the inner provider (and
+        # ``dataclasses.replace`` costs more than the rest of pricing, on every call).
         price = self.prices.price(req.model, response.model, response.usage)
         if price is None:
-            return replace(response, usage=replace(response.usage, unpriced_calls=1))
-        usage = replace(response.usage, cost_usd=price.usd)
-        return replace(response, usage=usage, priced_as=price.priced_as)
+            response.usage.unpriced_calls = 1
+        else:
+            response.usage.cost_usd = price.usd
+            response.priced_as = price.priced_as
+        return response
 
     async def aclose(self) -> None:
         await self.inner.aclose()
