@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import time
 
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32, lower case
+_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _ALPHABET.encode())
+"""RFC 4648's base32 alphabet to Crockford's, index for index (the encoding done in C)."""
 
 
 def _b32(value: int, length: int) -> str:
@@ -19,4 +22,6 @@ def _b32(value: int, length: int) -> str:
 def new_id(prefix: str) -> str:
     """``prefix_`` + 10 chars of millisecond time + 16 random chars (ULID layout)."""
     millis = time.time_ns() // 1_000_000
-    return f"{prefix}_{_b32(millis, 10)}{_b32(int.from_bytes(os.urandom(10), 'big'), 16)}"
+    # 80 random bits are exactly 16 base32 characters: no padding, so base64's C encoder does it.
+    random_part = base64.b32encode(os.urandom(10)).translate(_CROCKFORD).decode()
+    return f"{prefix}_{_b32(millis, 10)}{random_part}"
