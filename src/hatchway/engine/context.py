@@ -112,9 +112,11 @@ class RunState:
     dropped_headers: dict[str, list[str]] = field(default_factory=dict)
     """Server id → the ``forward_headers`` entries of its plugin that were dropped, not forwarded."""
     input_rounds: list[dict[str, Any]] = field(default_factory=list)
+    """Each round of a tool call that asked for input (MCP input requests), for the run log."""
     tool_drift: list[dict[str, Any]] = field(default_factory=list)
     """Tools whose definition differed from their pin (``engine/tools/mcp/pinning.py``), for the run log."""
-    """Each round of a tool call that asked for input (MCP input requests), for the run log."""
+    described: list[dict[str, Any]] = field(default_factory=list)
+    """MCP tools whose description a guard found instructions in (``engine/guards``), for the run log."""
     children: list[RunState] = field(default_factory=list)
     delegation: Delegation | None = None
     """On the root's state only: what the tree may still delegate (``delegation_budget``)."""

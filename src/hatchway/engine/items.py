@@ -112,6 +112,8 @@ class ToolSpec:
     description: str = ""
     parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
     strict: bool | None = None
+    from_mcp: bool = False
+    """Its description is an MCP server's: a guarded run scans it (``engine/guards``)."""
     unpinned: bool = False
     """Its description is an MCP server's words that no approved pin vouches for (``tool_drift:
     allow``, or a drift kept under ``warn``): a guarded run spotlights it."""

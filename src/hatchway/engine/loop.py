@@ -226,7 +226,7 @@ class AgentLoop:
         ctx.run.run_budget(self.settings.budget)
         specs = await self.router.prepare(ctx)
         if self.settings.guard is not None:
-            specs = self.settings.guard.tools(specs)
+            specs = self.settings.guard.tools(specs, ctx)
         step: NextStep = await self._preamble(run, ctx)
         while isinstance(step, NextStepRunAgain):
             async for event in self._round(run, specs, ctx, stream=stream):

@@ -172,6 +172,7 @@ class RunScope:
         )
         listing.extend({"type": "input_round", **entry} for entry in ctx.run.input_rounds)
         listing.extend({"type": "tool_drift", **entry} for entry in ctx.run.tool_drift)
+        listing.extend({"type": "tool_description", **entry} for entry in ctx.run.described)
         return LogRecord(
             id=self.log_id,
             org_id=ctx.principal.org_id,

@@ -187,6 +187,9 @@ class Metrics:
             child(self.unpriced_runs, model).inc()
         inline = record.plugin_source == INLINE
         for step in record.steps or ():
+            if step.get("type") == "tool_description":  # a guard's finding in a server's description
+                for finding in step["guard"]["findings"]:
+                    child(self.guard_findings, finding["detector"], finding["kind"], finding["action"]).inc()
             if step.get("type") != "tool_call":
                 continue
             server = INLINE if inline else self._server(step.get("server"))

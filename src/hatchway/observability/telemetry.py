@@ -120,7 +120,7 @@ def guard_attributes(steps: Iterable[dict[str, Any]]) -> dict[str, Any]:
     findings = [
         f
         for step in steps
-        if step.get("type") == "tool_call" and step.get("guard")
+        if step.get("type") in ("tool_call", "tool_description") and step.get("guard")
         for f in step["guard"]["findings"]
     ]
     if not findings:

@@ -61,16 +61,44 @@ class ToolOutputGuard:
         """What the model is told of the markers, before the conversation."""
         return Message(role="system", content=instruction(self.boundary)) if self.settings.spotlight else None
 
-    def tools(self, specs: list[ToolSpec]) -> list[ToolSpec]:
-        """``specs`` as the model will read them: the descriptions no pin vouches for spotlighted."""
-        if not self.settings.spotlight:
-            return specs
-        return [
-            dataclasses.replace(s, description=spotlight_description(s.description, self.boundary, s.name))
-            if s.unpinned
-            else s
-            for s in specs
-        ]
+    def tools(self, specs: list[ToolSpec], ctx: RunContext) -> list[ToolSpec]:
+        """``specs`` as the model will read them: an MCP server's descriptions scanned by the
+        heuristic detector (a server's words reach the model before any tool output does), and
+        those no pin vouches for spotlighted."""
+        out = []
+        for spec in specs:
+            if spec.from_mcp and self.settings.heuristic != "off":
+                spec = self._described(spec, ctx)
+            if spec.unpinned and self.settings.spotlight:
+                description = spotlight_description(spec.description, self.boundary, spec.name)
+                spec = dataclasses.replace(spec, description=description)
+            out.append(spec)
+        return out
+
+    def _described(self, spec: ToolSpec, ctx: RunContext) -> ToolSpec:
+        """A tool whose description reads as instructions: recorded, and acted on as a result would
+        be (``block`` withholds the description, ``redact`` cuts what matched, ``confirm`` makes
+        every transactional tool ask); the run is tainted by it either way."""
+        findings = heuristics.scan(spec.description)
+        if not findings:
+            return spec
+        action = self.settings.heuristic
+        seen = Inspected(spec.description, [(f, action) for f in findings], action)
+        ctx.run.described.append({"tool": spec.name, "guard": seen.record()})
+        root = ctx.run.root
+        if self.settings.confirm_when_tainted:
+            root.confirm_when_tainted = True
+        if len(root.tainted_by) < 64:
+            root.tainted_by.append(f"{spec.name}'s description")
+        if action == "confirm":
+            root.confirm_always = True
+        if action == "block":
+            kinds = ", ".join(sorted({f.kind for f in findings}))
+            withheld = f"[The gateway withheld this tool's description: it reads as instructions ({kinds}).]"
+            return dataclasses.replace(spec, description=withheld)
+        if action == "redact":
+            return dataclasses.replace(spec, description=_cut(spec.description, seen.findings))
+        return spec
 
     def detect(self, output: str) -> list[tuple[Finding, str]]:
         """What the built-in detectors find in ``output``, each with its detector's action."""

@@ -98,6 +98,7 @@ class McpToolset(Toolset):
                     name=name,
                     description=tool.description or "",
                     parameters=_schema(tool),
+                    from_mcp=True,
                     unpinned=vouched_for is not None and tool.name not in vouched_for,
                 )
             )
