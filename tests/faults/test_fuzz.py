@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -31,6 +32,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServeProc
     llm = ScriptedLLM().start()
     llm.handler = lambda _: Reply(text="ok")
     replicas, process, key = start_serve(tmp_path_factory.mktemp("fuzz"), llm)
+    # FastAPI builds the document on its first request (1.3 s here, over schemathesis' 10 s for
+    # loading it on a loaded CI machine); built once, it is served in milliseconds.
+    httpx.get(f"{process.url}/openapi.json", timeout=120).raise_for_status()
     yield process, key
     replicas.stop()
     llm.stop()
