@@ -85,13 +85,9 @@ class ToolOutputGuard:
         action = self.settings.heuristic
         seen = Inspected(spec.description, [(f, action) for f in findings], action)
         ctx.run.described.append({"tool": spec.name, "guard": seen.record()})
-        root = ctx.run.root
-        if self.settings.confirm_when_tainted:
-            root.confirm_when_tainted = True
-        if len(root.tainted_by) < 64:
-            root.tainted_by.append(f"{spec.name}'s description")
+        self._taint(f"{spec.name}'s description", ctx)
         if action == "confirm":
-            root.confirm_always = True
+            ctx.run.root.confirm_always = True
         if action == "block":
             kinds = ", ".join(sorted({f.kind for f in findings}))
             withheld = f"[The gateway withheld this tool's description: it reads as instructions ({kinds}).]"
@@ -99,6 +95,15 @@ class ToolOutputGuard:
         if action == "redact":
             return dataclasses.replace(spec, description=_cut(spec.description, seen.findings))
         return spec
+
+    def _taint(self, source: str, ctx: RunContext) -> None:
+        """``source`` (a tool, a tool's description) entered the run's context: remembered on the
+        tree's root for the confirmation of transactional tools."""
+        root = ctx.run.root
+        if self.settings.confirm_when_tainted:
+            root.confirm_when_tainted = True
+        if source not in root.tainted_by:  # each source once: a run's many calls keep this small
+            root.tainted_by.append(source)
 
     def detect(self, output: str) -> list[tuple[Finding, str]]:
         """What the built-in detectors find in ``output``, each with its detector's action."""
@@ -131,10 +136,7 @@ class ToolOutputGuard:
     ) -> Inspected:
         """Do what ``findings`` call for to ``output``, and taint the run by ``source``."""
         root = ctx.run.root
-        if self.settings.confirm_when_tainted:
-            root.confirm_when_tainted = True
-        if source not in root.tainted_by:  # each tool once: a run's many calls keep this small
-            root.tainted_by.append(source)
+        self._taint(source, ctx)
         output = _within_reach(output)
         findings = _recordable(findings)
         action = max((a for _, a in findings), key=_STRENGTH.__getitem__, default=None)

@@ -30,13 +30,15 @@ def instruction(boundary: str) -> str:
 
 def spotlight(output: str, boundary: str, source: str) -> str:
     """``output`` as a delimited data block from ``source`` (a tool's name)."""
-    inside = output.replace(boundary, "[boundary]")
-    label = _SOURCE.sub("_", source)[:128]
-    return f"<<tool_output {boundary} source={label}>>\n{inside}\n<</tool_output {boundary}>>"
+    return _delimited("tool_output", output, boundary, source)
 
 
 def spotlight_description(description: str, boundary: str, source: str) -> str:
     """A tool's ``description`` from a server no pin vouches for, delimited as the server's words."""
-    inside = description.replace(boundary, "[boundary]")
+    return _delimited("tool_description", description, boundary, source)
+
+
+def _delimited(marker: str, text: str, boundary: str, source: str) -> str:
+    inside = text.replace(boundary, "[boundary]")
     label = _SOURCE.sub("_", source)[:128]
-    return f"<<tool_description {boundary} source={label}>>\n{inside}\n<</tool_description {boundary}>>"
+    return f"<<{marker} {boundary} source={label}>>\n{inside}\n<</{marker} {boundary}>>"

@@ -82,10 +82,10 @@ class McpToolset(Toolset):
             ctx.run.listing_failures.append(ListingFailure(server.id, message))
             return []
         tools = [tool for tool in tools if server.exposes(tool.name)]
-        vouched_for: set[str] | None = None
+        loose: set[str] = set()  # no pin vouches for their definition
         if self.pinning is not None:
             tools = await self.pinning.admitted(server, tools, ctx, trusted=self.client.trusted)
-            vouched_for = {t.name for t in tools} - unpinned(server, tools, ctx, trusted=self.client.trusted)
+            loose = unpinned(server, tools, ctx, trusted=self.client.trusted)
         specs = []
         for tool in tools:
             name = namespaced_name(server.id, tool.name)
@@ -99,7 +99,7 @@ class McpToolset(Toolset):
                     description=tool.description or "",
                     parameters=_schema(tool),
                     from_mcp=True,
-                    unpinned=vouched_for is not None and tool.name not in vouched_for,
+                    unpinned=tool.name in loose,
                 )
             )
         return specs
