@@ -117,6 +117,12 @@ class RunState:
     """Tools whose definition differed from their pin (``engine/tools/mcp/pinning.py``), for the run log."""
     described: list[dict[str, Any]] = field(default_factory=list)
     """MCP tools whose description a guard found instructions in (``engine/guards``), for the run log."""
+    side_calls: list[dict[str, Any]] = field(default_factory=list)
+    """The model calls this run made besides its rounds (the guards' classifier, an MCP server's
+    sampling request), each a step of the run log with its ``type``."""
+    side_usage: Usage = field(default_factory=Usage)
+    """Tokens and cost of those calls: in this run's record and spend (also in ``usage``, which the
+    limits and the run budget count), never in the ``usage`` the client is answered with."""
     children: list[RunState] = field(default_factory=list)
     delegation: Delegation | None = None
     """On the root's state only: what the tree may still delegate (``delegation_budget``)."""
@@ -134,6 +140,20 @@ class RunState:
     whatever its policy says (``guards.confirm_when_tainted``)."""
     confirm_always: bool = False
     """On the root's state: a guard's ``confirm`` action fired; every transactional tool asks."""
+
+    def side_call(self, kind: str, usage: Usage | None, **step: Any) -> None:
+        """A model call besides the rounds (``kind``: its step's type): counted like a round's, in
+        the run's tokens and spend. ``usage`` None: the call failed and used nothing known."""
+        if usage is not None:
+            self.usage.add(usage)
+            self.cost_usd += usage.cost_usd
+            self.side_usage.add(usage)
+            step.update(
+                prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens,
+                cost_usd=usage.cost,
+            )
+        self.side_calls.append({"type": kind, **step})
 
     def child(self) -> RunState:
         state = RunState(parent=self)

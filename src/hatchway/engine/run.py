@@ -26,6 +26,7 @@ from typing import Any
 from opentelemetry.trace import Span
 
 from hatchway.engine.context import RunContext
+from hatchway.engine.items import Usage
 from hatchway.engine.loop import RunResult
 from hatchway.errors import ClientGone, HatchwayError
 from hatchway.ids import new_id
@@ -162,6 +163,8 @@ class RunScope:
     def _record(self, ending: RunEnding) -> LogRecord:
         ctx, result = self.ctx, ending.result
         usage = result.usage if result is not None else None
+        if ctx.run.side_calls:  # a classifier's, a sampling request's: the run's, not the client's usage
+            usage = _sum(usage, ctx.run.side_usage)
         listing = [
             {"type": "list_tools", "round": 1, "server": f.server, "outcome": "error", "error": f.message}
             for f in ctx.run.listing_failures
@@ -173,6 +176,7 @@ class RunScope:
         listing.extend({"type": "input_round", **entry} for entry in ctx.run.input_rounds)
         listing.extend({"type": "tool_drift", **entry} for entry in ctx.run.tool_drift)
         listing.extend({"type": "tool_description", **entry} for entry in ctx.run.described)
+        listing.extend(ctx.run.side_calls)
         return LogRecord(
             id=self.log_id,
             org_id=ctx.principal.org_id,
@@ -199,6 +203,14 @@ class RunScope:
             response_id=self.response_id,
             parent_id=self.parent_id,
         )
+
+
+def _sum(*usages: Usage | None) -> Usage:
+    total = Usage()
+    for usage in usages:
+        if usage is not None:
+            total.add(usage)
+    return total
 
 
 def _ending_of(exc: BaseException | None) -> RunEnding:

@@ -253,8 +253,11 @@ def _judged(
     llm: ScriptedLLM,
     judge: ScriptedLLM,
     tmp_path: Path,
+    prices: tuple[dict[str, float], dict[str, float]] | None = None,
     **classifier: Any,
 ):  # type: ignore[no-untyped-def]
+    """``prices``: the agent's model's and the judge's (``models[].price``)."""
+    agent_price, judge_price = ({"price": p} for p in prices) if prices else ({}, {})
     return guarded_gateway(
         gateway_factory,
         contas,
@@ -265,8 +268,8 @@ def _judged(
             {"id": "judge", "base_url": judge.base_url, "timeout_seconds": 5},
         ],
         models=[
-            {"name": "gpt-4o", "provider": "upstream", "upstream_model": "gpt-4o-2024"},
-            {"name": "guard", "provider": "judge", "upstream_model": "llama-guard-3"},
+            {"name": "gpt-4o", "provider": "upstream", "upstream_model": "gpt-4o-2024", **agent_price},
+            {"name": "guard", "provider": "judge", "upstream_model": "llama-guard-3", **judge_price},
         ],
     )
 
@@ -314,6 +317,45 @@ def test_a_judge_that_calls_a_result_safe_changes_nothing(
     answer, record = ask(gateway)
     assert answer == "Feito." and _guard(record) == {} and len(judge.requests) == 1
     assert "entregue" in _tool_message(llm)
+
+
+def test_the_judges_calls_count_in_the_runs_tokens_and_spend_not_in_the_clients_usage(
+    contas: RunningContas, gateway_factory, llm: ScriptedLLM, judge: ScriptedLLM, tmp_path: Path
+) -> None:
+    per_mtok = (
+        {"input_per_mtok": 2.0, "output_per_mtok": 8.0},
+        {"input_per_mtok": 0.5, "output_per_mtok": 1.0},
+    )
+    gateway = _judged(gateway_factory, contas, llm, judge, tmp_path, prices=per_mtok)
+    judge.handler = lambda _body: Reply(text="safe", prompt_tokens=400, completion_tokens=3)
+    llm.handler = obedient("1001")
+    raw = gateway.client().chat.completions.with_raw_response.create(
+        model="agent:contas",
+        messages=[{"role": "user", "content": "qual o status do pedido?"}],
+        extra_headers={"X-On-Behalf-Of": "ana"},
+    )
+    usage = raw.parse().usage
+    assert usage is not None and len(judge.requests) == 1
+    record = log_of(gateway, raw.headers["x-hatchway-request-id"])
+    # The client is answered with its model's tokens; the record also counts the judge's.
+    assert record["usage"]["prompt_tokens"] == usage.prompt_tokens + 400
+    assert record["usage"]["completion_tokens"] == usage.completion_tokens + 3
+    rounds_cost = (usage.prompt_tokens * 2.0 + usage.completion_tokens * 8.0) / 1e6
+    judge_cost = (400 * 0.5 + 3 * 1.0) / 1e6
+    assert record["cost_usd"] == pytest.approx(rounds_cost + judge_cost)
+    [step] = [s for s in record["steps"] if s["type"] == "guard_classifier"]
+    assert step == {
+        "type": "guard_classifier",
+        "model": "guard",
+        "source": "consultar_pedidos",
+        "outcome": "safe",
+        "prompt_tokens": 400,
+        "completion_tokens": 3,
+        "cost_usd": pytest.approx(judge_cost),
+    }
+    auth = {"authorization": f"Bearer {gateway.key}"}
+    spent = httpx.get(f"{gateway.url}/v1/usage", params={"group_by": "model"}, headers=auth).json()
+    assert spent["totals"]["cost_usd"] == pytest.approx(rounds_cost + judge_cost)  # this run's only
 
 
 @pytest.mark.parametrize("fail_open", [False, True])

@@ -11,23 +11,27 @@ import logging
 import re
 
 from hatchway.config.settings import ClassifierSettings
+from hatchway.engine.context import RunContext
 from hatchway.engine.guards.findings import Finding
 from hatchway.engine.items import Message
 from hatchway.engine.providers.base import ModelRequest
 from hatchway.engine.providers.routing import ModelRouter
 
 log = logging.getLogger("hatchway.guards")
+STEP = "guard_classifier"
+"""The run-log step of each judgement (model, source, outcome, tokens, cost)."""
 
 
 class Classifier:
-    """One per gateway; each ``judge`` is one request to the judge model."""
+    """One per gateway; each ``judge`` is one request to the judge model, counted in the run's
+    tokens and spend (its record, ``/v1/usage``, limits and run budget) like the run's own calls."""
 
     def __init__(self, settings: ClassifierSettings, models: ModelRouter) -> None:
         self.settings = settings
         self.models = models
         self.unsafe = re.compile(settings.unsafe_pattern)
 
-    async def judge(self, source: str, text: str) -> Finding | None:
+    async def judge(self, source: str, text: str, ctx: RunContext) -> Finding | None:
         """A ``classifier`` finding if the judge calls ``text`` unsafe (``unsafe``), or could not say
         (``unavailable``); None if it calls it safe."""
         settings = self.settings
@@ -46,9 +50,13 @@ class Classifier:
         except Exception as exc:  # any failure of the judge is the same verdict: not judged
             reason = "timed out" if isinstance(exc, TimeoutError) else type(exc).__name__
             log.warning("guard classifier %s on a result of %s: %s", settings.model, source, reason)
+            ctx.run.side_call(STEP, None, model=settings.model, source=source, outcome="unavailable")
             return Finding("classifier", "unavailable", f"the classifier {reason}")
         answer = (response.text or "").strip()
-        if self.unsafe.search(answer):
+        unsafe = self.unsafe.search(answer) is not None
+        outcome = "unsafe" if unsafe else "safe"
+        ctx.run.side_call(STEP, response.usage, model=settings.model, source=source, outcome=outcome)
+        if unsafe:
             # The judge's own words, cut: what it says is bounded and says why (Llama Guard: "S1").
             return Finding("classifier", "unsafe", " ".join(answer.split())[:80], text)
         return None

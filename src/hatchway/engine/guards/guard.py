@@ -124,7 +124,7 @@ class ToolOutputGuard:
         judge = self.settings.classifier
         if self.classifier is not None and judge is not None:
             # The judge reads what the built-ins would cut already cut: it is another service.
-            verdict = await self.classifier.judge(source, _cut(output, findings))
+            verdict = await self.classifier.judge(source, _cut(output, findings), ctx)
             if verdict is not None:
                 fail_open = verdict.kind == "unavailable" and judge.fail_open
                 action = "flag" if fail_open else "block" if verdict.kind == "unavailable" else judge.action

@@ -21,7 +21,7 @@ from mcp.server.mcpserver.resolve import Elicit, Resolve, Sample
 from mcp_types import CreateMessageResult, SamplingMessage, TextContent
 from pydantic import BaseModel, Field
 
-from tests.support.agent_loop import write_plugin
+from tests.support.agent_loop import log_of, write_plugin
 from tests.support.gateway import RunningGateway, base_config, write_config
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.servers import ServerThread
@@ -161,7 +161,7 @@ def summarizing_model(body: dict[str, Any]) -> Reply:
     last = body["messages"][-1]
     if str(last.get("content", "")).startswith("Summarize: "):  # the server's sampling request
         assert "tools" not in body and body["max_tokens"] == 4096  # no tools; capped
-        return Reply(text="SHORT VERSION")
+        return Reply(text="SHORT VERSION", prompt_tokens=300, completion_tokens=5)
     if last["role"] == "tool":
         return Reply(text=f"Done: {str(last['content']).strip(chr(34))}")
     return Reply(tool_calls=[("notes__summarize", {"text": "a long report"})])
@@ -194,13 +194,20 @@ def test_a_sampling_request_is_answered_by_the_runs_model_only_when_the_plugin_a
     llm.handler = summarizing_model
     gateway = RunningGateway(write_config(tmp_path, config)).start()
     try:
-        reply = gateway.client().chat.completions.create(
+        raw = gateway.client().chat.completions.with_raw_response.create(
             model="agent:notes", messages=[{"role": "user", "content": "Summarize the report"}]
         )
+        reply = raw.parse()
         answer = reply.choices[0].message.content or ""
         if allowed:
             assert answer == "Done: summary: SHORT VERSION"
             assert reply.usage is not None and reply.usage.total_tokens > 0
+            # The server's sampling call is the run's spend: in its record, not in the client's usage.
+            record = log_of(gateway, raw.headers["x-hatchway-request-id"])
+            assert record["usage"]["prompt_tokens"] == reply.usage.prompt_tokens + 300
+            assert record["usage"]["completion_tokens"] == reply.usage.completion_tokens + 5
+            [step] = [s for s in record["steps"] if s["type"] == "sampling"]
+            assert (step["model"], step["prompt_tokens"], step["completion_tokens"]) == ("gpt-4o", 300, 5)
         else:
             assert "mcp_input_unsupported" in answer and "allow_sampling" in answer
     finally:

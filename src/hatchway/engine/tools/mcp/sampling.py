@@ -78,7 +78,7 @@ class RunSampler:
             raise ToolError(
                 f"sampling for the server failed: {ctx.redact(exc.message)}", code="mcp_sampling_failed"
             ) from None
-        ctx.run.usage.add(answer.usage)
+        ctx.run.side_call("sampling", answer.usage, model=self.model)
         return types.CreateMessageResult(
             role="assistant",
             content=types.TextContent(type="text", text=answer.text or ""),
