@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import anyio
 import pytest
@@ -89,6 +90,45 @@ async def test_log_writer_batches_and_flushes_and_reads_are_org_scoped(db: Datab
     assert [r.on_behalf_of for r in rows_b] == ["user-9"]
     with pytest.raises(NotFound):
         await store.get(b, rows_a[0].id)
+    await writer.close()
+
+
+async def test_a_batch_past_one_statements_parameters_is_stored_whole_each_value_as_given(
+    db: Database,
+) -> None:
+    """On SQLite a batch goes as multi-row INSERTs of at most 32,700 parameters (``log_sink.py``): 2,000
+    rows take two statements; every kind of value reads back as it was written, and a row whose id
+    is stored already is ignored, in the same batch or a later one."""
+    org = new_id("org")
+    writer = LogWriter(db, batch_size=2001)
+    records = [
+        _record(
+            org,
+            on_behalf_of=None if i % 3 else f"usér-{i} ✓",
+            cost_usd=None if i % 5 == 0 else i / 1000,
+            has_tool_calls=i % 2 == 0,
+            steps=[{"type": "model_call", "round": 1, "n": i, "nested": {"ok": True, "x": [1.5, None]}}],
+            created_at=datetime(2026, 11, 1, tzinfo=UTC) + timedelta(seconds=i),
+            error='quote \' and "double"' if i == 7 else None,
+        )
+        for i in range(2000)
+    ]
+    for record in records:
+        writer.submit(record)
+    writer.submit(records[0])  # the same id again, in the same batch
+    await writer.flush()
+    writer.submit(records[1])  # and in a later one
+    await writer.flush()
+
+    stored = {r.id: r for r in await RequestLogStore(db).list(org, LogQuery(limit=5000))}
+    assert len(stored) == 2000
+    for record in records:
+        row = stored[record.id]
+        for column in ("on_behalf_of", "cost_usd", "has_tool_calls", "steps", "created_at", "error"):
+            assert getattr(row, column) == getattr(record, column), (record.id, column)
+    # Compared in the database as it stores them (SQLite: text): the second half, exactly.
+    since = datetime(2026, 11, 1, tzinfo=UTC) + timedelta(seconds=1000)
+    assert len(await RequestLogStore(db).list(org, LogQuery(limit=5000, since=since))) == 1000
     await writer.close()
 
 
