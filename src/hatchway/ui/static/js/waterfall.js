@@ -5,6 +5,8 @@ import { h, ms, usd } from "./dom.js";
 function label(step) {
   if (step.type === "model_call") return `Model call · round ${step.round}`;
   if (step.type === "list_tools") return `List tools · ${step.server}`;
+  if (step.type === "guard_classifier") return `Guard classifier · ${step.model} on ${step.source}`;
+  if (step.type === "sampling") return `Sampling for a server · ${step.model}`;
   const where = step.server ? `${step.server} › ${step.tool}` : step.tool || step.name;
   return `Tool ${where} · round ${step.round}`;
 }
@@ -31,6 +33,13 @@ function details(step) {
     return `${step.prompt_tokens ?? 0} tokens in, ${step.completion_tokens ?? 0} out${cost}; finish ${step.finish_reason ?? step.outcome}${calls}`;
   }
   if (step.type === "list_tools") return `tools not listed: ${step.error}`;
+  if (step.type === "guard_classifier" || step.type === "sampling") {
+    const used =
+      "prompt_tokens" in step
+        ? `${step.prompt_tokens} tokens in, ${step.completion_tokens} out; ${usd(step.cost_usd)}`
+        : "no answer";
+    return step.outcome ? `${step.outcome}; ${used}` : used;
+  }
   const flags = [step.outcome, step.cached ? "cached" : null, step.retries ? `${step.retries} retries` : null];
   return flags.filter(Boolean).join(" · ");
 }
@@ -47,7 +56,7 @@ export function waterfall(steps, labelledBy) {
     h("span", {}, `total ${ms(total)}`),
   );
   const rows = steps.map((step, i) => {
-    const failed = step.outcome && step.outcome !== "ok";
+    const failed = step.outcome && !["ok", "safe"].includes(step.outcome);
     const bar = h("div", {
       class: `bar ${step.type}${failed ? " failed" : ""}`,
       style: { left: `${(at[i] / total) * 100}%`, width: `${((step.duration_ms || 0) / total) * 100}%` },
