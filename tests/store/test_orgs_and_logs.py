@@ -7,10 +7,13 @@ from datetime import UTC, datetime, timedelta
 
 import anyio
 import pytest
+from sqlalchemy.dialects import sqlite
 
 from hatchway.errors import AuthenticationError, Conflict, NotFound
 from hatchway.ids import new_id
+from hatchway.store.columns import fit_row
 from hatchway.store.db import Database
+from hatchway.store.log_sink import _SqliteRows
 from hatchway.store.logs import LogQuery, LogWriter, RequestLogStore
 from hatchway.store.orgs import OrgStore, hash_key
 from hatchway.store.tables import ApiKey, RequestLog
@@ -96,9 +99,9 @@ async def test_log_writer_batches_and_flushes_and_reads_are_org_scoped(db: Datab
 async def test_a_batch_past_one_statements_parameters_is_stored_whole_each_value_as_given(
     db: Database,
 ) -> None:
-    """On SQLite a batch goes as multi-row INSERTs of at most 32,700 parameters (``log_sink.py``): 2,000
-    rows take two statements; every kind of value reads back as it was written, and a row whose id
-    is stored already is ignored, in the same batch or a later one."""
+    """On SQLite a batch goes as multi-row INSERTs (``log_sink.py``), 2,000 rows as 32 of them: every
+    kind of value reads back as it was written, and a row whose id is stored already is ignored, in
+    the same batch or a later one."""
     org = new_id("org")
     writer = LogWriter(db, batch_size=2001)
     records = [
@@ -130,6 +133,18 @@ async def test_a_batch_past_one_statements_parameters_is_stored_whole_each_value
     since = datetime(2026, 11, 1, tzinfo=UTC) + timedelta(seconds=1000)
     assert len(await RequestLogStore(db).list(org, LogQuery(limit=5000, since=since))) == 1000
     await writer.close()
+
+
+def test_batches_of_any_size_share_seven_sqlite_statements() -> None:
+    """The driver keeps every distinct statement prepared (a 64-row one is ~0.1 MiB): one per batch
+    size from 1 to 200 rows held 51 MiB. Any batch is cut into powers of two of at most 64 rows."""
+    rows = [fit_row(RequestLog.__table__, _record("org_x")) for _ in range(200)]
+    texts: set[str] = set()
+    for n in range(1, 201):
+        statements = list(_SqliteRows(sqlite.dialect()).statements(rows[:n]))
+        assert sum(len(params) for _, params in statements) == n * len(RequestLog.__table__.columns)
+        texts.update(sql for sql, _ in statements)
+    assert len(texts) == 7
 
 
 async def test_the_route_filter_is_exact_and_org_scoped(db: Database) -> None:
