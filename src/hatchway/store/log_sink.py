@@ -86,7 +86,7 @@ class LogSink:
         self.tally: RecordTally = tally or NoTally()
         dialect = sqlite if db.is_sqlite else postgresql
         self._statement = dialect.insert(TABLE).on_conflict_do_nothing(index_elements=["id"])
-        self._sqlite: _SqliteRows | None = None
+        self._sqlite = _SqliteRows(db.engine.dialect) if db.is_sqlite else None
         self._down_since: float | None = None
         """When the current outage began (monotonic); None while the database answers."""
         self.spooling = False
@@ -175,11 +175,9 @@ class LogSink:
             # A bulk INSERT of plain rows on a connection: no ORM session or unit-of-work bookkeeping
             # for rows nobody reads back.
             async with self.db.engine.begin() as conn:
-                if not self.db.is_sqlite:
+                if self._sqlite is None:
                     await conn.execute(self._statement, rows)
                     return
-                if self._sqlite is None:
-                    self._sqlite = _SqliteRows(conn.dialect)
                 for sql, params in self._sqlite.statements(rows):
                     await conn.exec_driver_sql(sql, params)
 
