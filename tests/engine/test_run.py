@@ -11,7 +11,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from hatchway.config.settings import Settings
-from hatchway.engine.context import ListingFailure, Principal, RunContext
+from hatchway.engine.context import MAX_SIDE_STEPS, ListingFailure, Principal, RunContext
+from hatchway.engine.items import Usage
 from hatchway.engine.loop import RunResult
 from hatchway.engine.run import RunScopes
 from hatchway.errors import ProviderUnavailable
@@ -185,6 +186,27 @@ def test_the_record_carries_the_servers_whose_tools_could_not_be_listed() -> Non
         "outcome": "error",
         "error": "cannot reach the server",
     }
+
+
+def test_side_calls_past_the_kept_steps_are_counted_not_recorded_one_by_one() -> None:
+    """A server that samples for as long as the run lasts: every call's tokens count, the record
+    keeps the first MAX_SIDE_STEPS steps and the number of the others."""
+    h = Harness()
+    ctx = context()
+
+    async def run() -> None:
+        async with h.scopes.open("chat.completions", ctx) as scope:
+            for _ in range(MAX_SIDE_STEPS + 50):
+                ctx.run.side_call("sampling", Usage(prompt_tokens=10, completion_tokens=1), model="m")
+            scope.end(200, RunResult())
+
+    asyncio.run(run())
+
+    [record] = h.records
+    calls = MAX_SIDE_STEPS + 50
+    assert (record.prompt_tokens, record.completion_tokens) == (10 * calls, calls)
+    assert sum(step["type"] == "sampling" for step in record.steps) == MAX_SIDE_STEPS
+    assert record.steps[-1] == {"type": "side_calls_omitted", "count": 50}
 
 
 def test_closing_twice_records_once_and_a_scope_begins_once() -> None:

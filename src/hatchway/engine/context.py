@@ -95,6 +95,10 @@ class BudgetSpent:
         return {"type": "budget_exhausted", "budget": self.budget, "used": self.used, "limit": self.limit}
 
 
+MAX_SIDE_STEPS = 100
+"""Side-call steps one run's record keeps (``RunState.side_call``); the rest are counted only."""
+
+
 @dataclass(eq=False)
 class RunState:
     """Run-wide state: what the loop counted and toolsets reported, for the run log and limits.
@@ -119,7 +123,9 @@ class RunState:
     """MCP tools whose description a guard found instructions in (``engine/guards``), for the run log."""
     side_calls: list[dict[str, Any]] = field(default_factory=list)
     """The model calls this run made besides its rounds (the guards' classifier, an MCP server's
-    sampling request), each a step of the run log with its ``type``."""
+    sampling request), each a step of the run log with its ``type``: the first ``MAX_SIDE_STEPS``."""
+    side_calls_omitted: int = 0
+    """Side calls past ``MAX_SIDE_STEPS``: counted in ``side_usage``, their steps not kept."""
     side_usage: Usage = field(default_factory=Usage)
     """Tokens and cost of those calls: in this run's record and spend (also in ``usage``, which the
     limits and the run budget count), never in the ``usage`` the client is answered with."""
@@ -153,7 +159,10 @@ class RunState:
                 completion_tokens=usage.completion_tokens,
                 cost_usd=usage.cost,
             )
-        self.side_calls.append({"type": kind, **step})
+        if len(self.side_calls) < MAX_SIDE_STEPS:
+            self.side_calls.append({"type": kind, **step})
+        else:  # a server that samples for as long as the run lasts cannot grow its record with it
+            self.side_calls_omitted += 1
 
     def child(self) -> RunState:
         state = RunState(parent=self)

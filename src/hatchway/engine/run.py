@@ -177,6 +177,8 @@ class RunScope:
         listing.extend({"type": "tool_drift", **entry} for entry in ctx.run.tool_drift)
         listing.extend({"type": "tool_description", **entry} for entry in ctx.run.described)
         listing.extend(ctx.run.side_calls)
+        if ctx.run.side_calls_omitted:
+            listing.append({"type": "side_calls_omitted", "count": ctx.run.side_calls_omitted})
         return LogRecord(
             id=self.log_id,
             org_id=ctx.principal.org_id,

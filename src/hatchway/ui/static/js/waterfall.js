@@ -7,6 +7,7 @@ function label(step) {
   if (step.type === "list_tools") return `List tools · ${step.server}`;
   if (step.type === "guard_classifier") return `Guard classifier · ${step.model} on ${step.source}`;
   if (step.type === "sampling") return `Sampling for a server · ${step.model}`;
+  if (step.type === "side_calls_omitted") return `${step.count} more model calls (classifier, sampling) not listed`;
   const where = step.server ? `${step.server} › ${step.tool}` : step.tool || step.name;
   return `Tool ${where} · round ${step.round}`;
 }
@@ -33,6 +34,7 @@ function details(step) {
     return `${step.prompt_tokens ?? 0} tokens in, ${step.completion_tokens ?? 0} out${cost}; finish ${step.finish_reason ?? step.outcome}${calls}`;
   }
   if (step.type === "list_tools") return `tools not listed: ${step.error}`;
+  if (step.type === "side_calls_omitted") return "their tokens and cost are in the run's totals";
   if (step.type === "guard_classifier" || step.type === "sampling") {
     const used =
       "prompt_tokens" in step
