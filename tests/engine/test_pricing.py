@@ -3,13 +3,19 @@ against ``genai_prices.calc_price``, never a number written here), and unknown i
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import genai_prices
 import pytest
+from genai_prices.data_snapshot import get_snapshot
 
 from hatchway.config.loading import validate_document
 from hatchway.config.settings import Settings
+from hatchway.engine import pricing
 from hatchway.engine.items import Usage
 from hatchway.engine.pricing import PriceTable
 from hatchway.errors import ConfigError
@@ -117,3 +123,35 @@ def test_one_upstream_model_priced_two_ways_is_a_config_error() -> None:
             },
         )
     assert "models[1].price" in str(raised.value)
+
+
+def test_the_vendor_index_is_the_installed_tables_and_matches_as_it_does() -> None:
+    """price_vendors.json is what the pinned genai-prices says (regenerate it with
+    ``python -m hatchway.engine.pricing`` after an upgrade), and its clauses pick the same vendor as the
+    package's own ``is_match`` for every model name the table lists, in either case."""
+    assert json.loads(pricing.VENDORS_FILE.read_text()) == pricing.vendor_index()
+    table = get_snapshot().providers
+    names = {ref for p in table for m in p.models for ref in (m.id, m.id.upper(), f"{p.id}/{m.id}")}
+    names |= {"bench", "llama-local", "my-alias", "Claude-Opus", "x-gpt-4o"}
+    index = pricing._vendors()
+    assert [p.id for p in table] == list(index)
+    for provider in table:
+        match = index[provider.id][1]
+        expected = [n for n in sorted(names) if provider.model_match and provider.model_match.is_match(n)]
+        assert [n for n in sorted(names) if pricing._matches(match, n)] == expected, provider.id
+
+
+def test_a_call_no_vendor_can_price_never_loads_the_table() -> None:
+    """In a fresh interpreter (the table is cached once loaded): a loopback upstream's unknown model
+    is priced None without importing the table's module (~6 MiB), a known one loads it."""
+    script = (
+        "import sys; from hatchway.engine.pricing import PriceTable; "
+        "from hatchway.engine.items import Usage; "
+        "from tests.engine.test_pricing import settings; "
+        "p = PriceTable(settings()).for_provider('up'); u = Usage(prompt_tokens=5, completion_tokens=5); "
+        "print(p.price('bench', 'bench-model', u), 'genai_prices.data' in sys.modules); "
+        "print(p.price('gpt-4o-mini', '', u) is not None, 'genai_prices.data' in sys.modules)"
+    )
+    root = Path(__file__).parents[2]
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=root)
+    assert out.stdout.split("\n")[:2] == ["None False", "True True"]

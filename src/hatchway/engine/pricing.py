@@ -11,13 +11,22 @@ A call is priced, first match wins, by:
    belongs to (``gpt-…``: openai, ``claude-…``: anthropic).
 
 Anything else costs None: unknown, never a guess (docs/limits.md, "Spend").
+
+Which vendor a URL or a model name is comes first from ``price_vendors.json``: each genai-prices
+provider's ``api_pattern`` and ``model_match``, taken from the pinned package's table. The table itself
+(~6 MiB resident) loads only once a call has a vendor, so a gateway in front of self-hosted or proxied
+models it cannot price never holds it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import json
 import logging
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hatchway.config.settings import ModelPrice, ProviderConfig, Settings
@@ -36,6 +45,9 @@ GENAI_PRICES = "genai-prices"
 _MAX_MATCHES = 1024
 """Model names remembered per provider (with ``<provider>/<model>`` a client chooses the name)."""
 _MTOK = 1_000_000
+VENDORS_FILE = Path(__file__).with_name("price_vendors.json")
+"""``vendor_index()`` of the pinned genai-prices, written by ``python -m hatchway.engine.pricing``
+(tests/engine/test_pricing.py fails when it no longer matches the installed package)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +97,7 @@ class ProviderPrices:
         self.base_url = cfg.base_url
         self.price_provider = cfg.price_provider
         self.overrides = overrides
-        self._vendor: Provider | None = None
+        self._vendor_id: str | None = None
         self._vendor_known = False
         self._matches: dict[str, tuple[Provider, ModelInfo] | None] = {}
 
@@ -114,26 +126,28 @@ class ProviderPrices:
         return match
 
     def _find(self, ref: str) -> tuple[Provider, ModelInfo] | None:
-        providers = _table()
-        vendor = self._fixed_vendor()
-        if vendor is None:  # a self-hosted or proxied upstream: the model's own vendor, if its name says
-            vendor = next(
-                (p for p in providers if p.model_match is not None and p.model_match.is_match(ref)), None
-            )
-        if vendor is None:
+        vendor_id = self._fixed_vendor()
+        if vendor_id is None:  # a self-hosted or proxied upstream: the model's own vendor, if its name says
+            vendor_id = next((v for v, (_, match) in _vendors().items() if _matches(match, ref)), None)
+        if vendor_id is None:
             return None
-        model = vendor.find_model(ref, all_providers=providers)
+        vendor = _provider_by_id(vendor_id)  # the table loads here
+        if vendor is None:  # VENDORS_FILE names a provider the installed table lacks (the test says so)
+            return None
+        model = vendor.find_model(ref, all_providers=_table())
         return (vendor, model) if model is not None else None
 
-    def _fixed_vendor(self) -> Provider | None:
+    def _fixed_vendor(self) -> str | None:
         """The genai-prices provider this upstream is, by configuration or by its URL (None: neither)."""
         if not self._vendor_known:
-            if self.price_provider is not None:
-                self._vendor = _provider_by_id(self.price_provider)
+            if self.price_provider is not None:  # a named vendor is priced by the table: load it
+                vendor = _provider_by_id(self.price_provider)
+                self._vendor_id = vendor.id if vendor is not None else None
             else:
-                self._vendor = next((p for p in _table() if re.match(p.api_pattern, self.base_url)), None)
+                vendors = _vendors().items()
+                self._vendor_id = next((v for v, (url, _) in vendors if re.match(url, self.base_url)), None)
             self._vendor_known = True
-        return self._vendor
+        return self._vendor_id
 
 
 def _priced(price: ModelPrice, usage: Usage) -> float:
@@ -164,8 +178,8 @@ def _from_table(provider: Provider, model: ModelInfo, usage: Usage) -> Price | N
 
 
 def _table() -> list[Any]:
-    """genai-prices' providers, loaded on the first call priced, not at start-up (~6 MiB, the HTTP
-    client its package imports included)."""
+    """genai-prices' providers, loaded on the first call that has a vendor, not at start-up (~6 MiB,
+    the HTTP client its package imports included)."""
     from genai_prices.data_snapshot import get_snapshot
 
     return get_snapshot().providers
@@ -177,8 +191,57 @@ def _provider_by_id(provider_id: str) -> Provider | None:
     return find_provider_by_id(_table(), provider_id)
 
 
+@functools.cache
+def _vendors() -> dict[str, tuple[str, Any]]:
+    """Each genai-prices provider's id: its ``api_pattern`` and ``model_match`` (VENDORS_FILE)."""
+    entries = json.loads(VENDORS_FILE.read_text(encoding="utf-8"))["providers"]
+    return {e["id"]: (e["api_pattern"], e["model_match"]) for e in entries}
+
+
+def _matches(clause: dict[str, Any] | None, text: str) -> bool:
+    """genai-prices' ``MatchLogic.is_match``, on the clauses as VENDORS_FILE keeps them. Written here
+    because the package evaluates only the clauses of its loaded table (the test checks both agree
+    on every name the table lists)."""
+    if clause is None:
+        return False
+    (kind, value), folded = next(iter(clause.items())), text.lower()
+    if kind == "or_":
+        return any(_matches(c, text) for c in value)
+    if kind == "and_":
+        return all(_matches(c, text) for c in value)
+    if kind == "regex":
+        return re.search(value, text) is not None
+    if kind == "starts_with":
+        return folded.startswith(value.lower())
+    if kind == "ends_with":
+        return folded.endswith(value.lower())
+    if kind == "contains":
+        return value.lower() in folded
+    return kind == "equals" and folded == value.lower()
+
+
+def vendor_index() -> dict[str, Any]:
+    """What VENDORS_FILE holds, from the installed genai-prices' table."""
+    from importlib.metadata import version
+
+    providers = [
+        {
+            "id": p.id,
+            "api_pattern": p.api_pattern,
+            "model_match": dataclasses.asdict(p.model_match) if p.model_match is not None else None,
+        }
+        for p in _table()
+    ]
+    return {"genai_prices": version("genai-prices"), "providers": providers}
+
+
 def table_version() -> str:
     """``genai-prices <version>``: whose snapshot prices the calls."""
     from importlib.metadata import version
 
     return f"{GENAI_PRICES} {version('genai-prices')}"
+
+
+if __name__ == "__main__":  # python -m hatchway.engine.pricing: rewrite VENDORS_FILE after an upgrade
+    VENDORS_FILE.write_text(json.dumps(vendor_index(), indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {VENDORS_FILE}")

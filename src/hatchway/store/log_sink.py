@@ -23,11 +23,11 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Dialect
 
 from hatchway.store.columns import fit_row
 from hatchway.store.db import Database
@@ -86,7 +86,7 @@ class LogSink:
         self.tally: RecordTally = tally or NoTally()
         dialect = sqlite if db.is_sqlite else postgresql
         self._statement = dialect.insert(TABLE).on_conflict_do_nothing(index_elements=["id"])
-        self._sqlite = _SqliteRows(db.engine.dialect) if db.is_sqlite else None
+        self._sqlite = _SqliteRows(db) if db.is_sqlite else None
         self._down_since: float | None = None
         """When the current outage began (monotonic); None while the database answers."""
         self.spooling = False
@@ -128,6 +128,8 @@ class LogSink:
         self._down_since = None
 
     async def close(self) -> None:
+        if self._sqlite is not None:
+            await asyncio.to_thread(self._sqlite.close)
         if self.spool is not None:
             await asyncio.to_thread(self.spool.close)
 
@@ -174,12 +176,11 @@ class LogSink:
         async with asyncio.timeout(ATTEMPT_SECONDS):
             # A bulk INSERT of plain rows on a connection: no ORM session or unit-of-work bookkeeping
             # for rows nobody reads back.
+            if self._sqlite is not None:
+                await self._sqlite.insert(rows)
+                return
             async with self.db.engine.begin() as conn:
-                if self._sqlite is None:
-                    await conn.execute(self._statement, rows)
-                    return
-                for sql, params in self._sqlite.statements(rows):
-                    await conn.exec_driver_sql(sql, params)
+                await conn.execute(self._statement, rows)
 
     async def _answers(self) -> bool:
         try:
@@ -286,14 +287,26 @@ class _SqliteRows:
     the gateway did 19 % more requests per second with 0.1 ms less CPU each. PostgreSQL's driver
     (asyncpg) runs on the loop itself and keeps SQLAlchemy's ``executemany``.
 
+    A batch runs on a blocking connection of its own, in a thread of its own: one hand-off from the
+    loop per batch, where through aiosqlite the BEGIN, every statement and the COMMIT were one each,
+    every one waiting for the busy loop to pick up its result. Measured at c=64 (2,700 req/s): a
+    200-row batch 64 → 21 ms, so the writer keeps up instead of queueing ~2,400 records (+7 MiB)
+    in 8 s. Its page cache is ``CACHE_KIB`` (appending rows reads few pages; the default would be
+    ~2 MiB more of the gateway's memory). An in-memory database keeps the async engine's connection.
+
     A statement holds a power of two of rows, at most ``MAX_ROWS`` (a batch of 200: 64 + 64 + 64 + 8):
     the driver keeps each distinct statement prepared, and one per batch size would be 200 of them —
     measured, +51 MiB; these seven take 0.6 MiB.
     """
 
     MAX_ROWS = 64
+    CACHE_KIB = 512
 
-    def __init__(self, dialect: Dialect) -> None:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._engine = db.blocking_engine(cache_kib=self.CACHE_KIB)
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="hatchway-run-log")
+        dialect = db.engine.dialect
         columns = list(TABLE.columns)
         self._names = ", ".join(c.name for c in columns)
         self._binds: list[tuple[str, Callable[[Any], Any] | None]] = [
@@ -314,6 +327,26 @@ class _SqliteRows:
                 for key, bind in binds
             )
             yield _multi_insert(self._names, len(binds), size), params
+
+    async def insert(self, rows: list[Row]) -> None:
+        if self._engine is None:
+            async with self._db.engine.begin() as conn:
+                for sql, params in self.statements(rows):
+                    await conn.exec_driver_sql(sql, params)
+            return
+        await asyncio.get_running_loop().run_in_executor(self._thread, self._insert_blocking, rows)
+
+    def _insert_blocking(self, rows: list[Row]) -> None:
+        assert self._engine is not None
+        with self._engine.begin() as conn:
+            for sql, params in self.statements(rows):
+                conn.exec_driver_sql(sql, params)
+
+    def close(self) -> None:
+        """Wait for the batch in the thread, if any; close the connection."""
+        self._thread.shutdown(wait=True)
+        if self._engine is not None:
+            self._engine.dispose()
 
 
 @functools.lru_cache(maxsize=16)
