@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import anyio
 import pytest
-from sqlalchemy.dialects import sqlite
 
 from hatchway.errors import AuthenticationError, Conflict, NotFound
 from hatchway.ids import new_id
@@ -140,8 +140,9 @@ def test_batches_of_any_size_share_seven_sqlite_statements() -> None:
     size from 1 to 200 rows held 51 MiB. Any batch is cut into powers of two of at most 64 rows."""
     rows = [fit_row(RequestLog.__table__, _record("org_x")) for _ in range(200)]
     texts: set[str] = set()
+    writer = _SqliteRows(Database("sqlite+aiosqlite:///:memory:"))
     for n in range(1, 201):
-        statements = list(_SqliteRows(sqlite.dialect()).statements(rows[:n]))
+        statements = list(writer.statements(rows[:n]))
         assert sum(len(params) for _, params in statements) == n * len(RequestLog.__table__.columns)
         texts.update(sql for sql, _ in statements)
     assert len(texts) == 7
@@ -175,6 +176,7 @@ async def test_log_writer_close_writes_everything_queued(db: Database) -> None:
         writer.submit(_record(org))
     await writer.close()
     assert len(await RequestLogStore(db).list(org, LogQuery(limit=100))) == 50
+    assert not [t for t in threading.enumerate() if t.name.startswith("hatchway-run-log")]  # SQLite's
 
 
 async def test_log_writer_close_while_lingering_keeps_the_held_record(db: Database) -> None:

@@ -9,8 +9,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import orjson
-from sqlalchemy import event, inspect, text
-from sqlalchemy.engine import Connection
+from sqlalchemy import create_engine, event, inspect, text
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.engine.url import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
@@ -71,6 +71,22 @@ class Database:
         if self.is_sqlite:
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
         self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
+
+    def blocking_engine(self, *, cache_kib: int) -> Engine | None:
+        """A blocking engine on this SQLite file, for a writer with a thread of its own (the run log's),
+        its connections' page cache ``cache_kib`` (SQLite's default: ~2,000 KiB each). None for an
+        in-memory database, which only this engine's connection sees."""
+        parsed = make_url(self.url)
+        if not self.is_sqlite or parsed.database in (None, "", ":memory:"):
+            return None
+        engine = create_engine(parsed.set(drivername="sqlite"), json_serializer=_json_dumps)
+        event.listen(engine, "connect", _sqlite_pragmas)
+
+        @event.listens_for(engine, "connect")
+        def _cache(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+            dbapi_conn.execute(f"PRAGMA cache_size=-{int(cache_kib)}")
+
+        return engine
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[AsyncSession]:
