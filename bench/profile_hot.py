@@ -193,13 +193,15 @@ def main() -> None:
                     print("c=1 direct:  " + _pcts(direct))
                     added = " ".join(f"{q} {through[q] - direct[q]:.2f}" for q in ("p50", "p90", "p99"))
                     print("c=1 added:   " + added)
+                    print(f"RSS after c=1: {_vm(pid, 'VmRSS'):.1f} MiB")
                 if args.wrk_seconds and shutil.which("wrk"):
                     cpu = _cpu_seconds(pid)
                     line, total = _wrk(url, key, args.connections, args.wrk_seconds, tmp)
                     print(
                         line + f", gateway CPU per request {(_cpu_seconds(pid) - cpu) * 1000 / total:.3f} ms"
                     )
-                print(f"peak RSS (VmHWM): {_vm(pid, 'VmHWM'):.1f} MiB")
+                rss, peak = _vm(pid, "VmRSS"), _vm(pid, "VmHWM")
+                print(f"RSS after load: {rss:.1f} MiB, peak RSS (VmHWM): {peak:.1f} MiB")
                 if spy is not None:
                     spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
                     spy.wait(timeout=60)

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.syntax import Syntax
 
 from hatchway.cli.app import (
     DEFAULT_CONFIG,
@@ -72,6 +71,8 @@ def tools_diff(
     if not waiting:
         console.print(f"no tool of {org} waits for approval", highlight=False)
         return
+    from rich.syntax import Syntax  # pygments: for this command only, not in every `hatchway` process
+
     for pin in waiting:
         change = "changed since approved" if pin["change"] == "drifted" else "added since pinned"
         console.print(f"[bold]{pin['server']}/{pin['tool']}[/]: {change} (seen {pin['seen_at']})")

@@ -13,9 +13,15 @@ from typing import Any
 
 __all__ = ["main", "run_demo"]
 
+ENV_BASE_URL = "HATCHWAY_DEMO_BASE_URL"
+ENV_API_KEY = "HATCHWAY_DEMO_API_KEY"
+ENV_MODEL = "HATCHWAY_DEMO_MODEL"
+"""Where the demo's model is (``--help`` names them: defined here, not in ``stack``, so that every
+``hatchway`` command does not import the demo's servers)."""
+
 
 def __getattr__(name: str) -> Any:
-    # Lazy: ``hatchway --help`` imports ``demo.stack`` for its env var names, not the whole demo.
+    # Lazy: ``hatchway --help`` imports this package for its env var names, not the whole demo.
     if name in __all__:
         from hatchway.demo import runner
 

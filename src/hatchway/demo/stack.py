@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import yaml
 from rich.console import Console
 
+from hatchway.demo import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL
 from hatchway.demo.scripted_model import SCRIPTED_MODEL
 from hatchway.demo.scripted_model import create_app as create_scripted_model
 from hatchway.demo.servers import LoopbackServer
@@ -27,9 +28,6 @@ from hatchway.errors import HatchwayError
 
 T = TypeVar("T")
 
-ENV_BASE_URL = "HATCHWAY_DEMO_BASE_URL"
-ENV_API_KEY = "HATCHWAY_DEMO_API_KEY"
-ENV_MODEL = "HATCHWAY_DEMO_MODEL"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_MODEL = "gpt-4o-mini"
 ORG = "demo"
