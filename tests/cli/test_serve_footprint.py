@@ -1,10 +1,10 @@
 """A gateway that only passes chat completions through loads none of the heavy optional libraries.
 
 Resident memory is one of the gateway's measured figures (bench/run.py): the MCP SDK (~25 MiB),
-cryptography's OpenSSL bindings (~7 MiB), PyJWT, the job queue, Alembic and the OpenTelemetry SDK
-are imported when a configuration or a request needs them, not by serving. Checked in a fresh
-interpreter that starts the ASGI app (its lifespan, as uvicorn runs it) and answers one completion
-from a real upstream.
+cryptography's OpenSSL bindings (~7 MiB), PyJWT, the job queue, Alembic, the OpenTelemetry SDK and
+genai-prices' table are imported when a configuration or a request needs them, not by serving.
+Checked in a fresh interpreter that starts the ASGI app (its lifespan, as uvicorn runs it) and
+answers one completion from a real upstream.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ HEAVY = (
     "redis",
     "openai",
     "opentelemetry.sdk",  # tracing is off: the API is enough
+    "genai_prices.data",  # the price table (~6 MiB): no vendor prices a loopback upstream's model
 )
 
 _SERVE_ONE = """

@@ -26,7 +26,8 @@ import openai
 from rich.console import Console
 from rich.markup import escape
 
-from hatchway.demo import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, stories, transcript
+from hatchway.demo import stories, transcript
+from hatchway.demo.env import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL
 from hatchway.demo.stack import ORG, DemoError, DemoStack, ModelChoice
 
 Story = Callable[[stories.StoryContext], dict[str, Any]]

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import yaml
 from rich.console import Console
 
-from hatchway.demo import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL
+from hatchway.demo.env import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL
 from hatchway.demo.scripted_model import SCRIPTED_MODEL
 from hatchway.demo.scripted_model import create_app as create_scripted_model
 from hatchway.demo.servers import LoopbackServer
