@@ -32,6 +32,7 @@ HEAVY = (
     "openai",
     "opentelemetry.sdk",  # tracing is off: the API is enough
     "genai_prices.data",  # the price table (~6 MiB): no vendor prices a loopback upstream's model
+    "sqlalchemy.dialects.postgresql",  # every PostgreSQL driver's dialect module (~2 MiB), on SQLite
 )
 
 _SERVE_ONE = """

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import ast
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import orjson
 from sqlalchemy import create_engine, event, inspect, text
@@ -71,6 +72,17 @@ class Database:
         if self.is_sqlite:
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
         self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
+
+    @functools.cached_property
+    def insert(self) -> Callable[..., Any]:
+        """This database's dialect's ``insert``, the one with ``on_conflict_do_nothing``. Only this
+        dialect's module is imported: PostgreSQL's (every driver's module of it) would cost a SQLite
+        gateway ~2 MiB."""
+        if self.is_sqlite:
+            from sqlalchemy.dialects.sqlite import insert
+        else:
+            from sqlalchemy.dialects.postgresql import insert
+        return insert
 
     def blocking_engine(self, *, cache_kib: int) -> Engine | None:
         """A blocking engine on this SQLite file, for a writer with a thread of its own (the run log's),

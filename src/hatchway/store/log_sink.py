@@ -27,7 +27,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.dialects import postgresql, sqlite
 
 from hatchway.store.columns import fit_row
 from hatchway.store.db import Database
@@ -84,8 +83,7 @@ class LogSink:
         self.retry_seconds = retry_seconds
         self.spool = spool
         self.tally: RecordTally = tally or NoTally()
-        dialect = sqlite if db.is_sqlite else postgresql
-        self._statement = dialect.insert(TABLE).on_conflict_do_nothing(index_elements=["id"])
+        self._statement = db.insert(TABLE).on_conflict_do_nothing(index_elements=["id"])
         self._sqlite = _SqliteRows(db) if db.is_sqlite else None
         self._down_since: float | None = None
         """When the current outage began (monotonic); None while the database answers."""

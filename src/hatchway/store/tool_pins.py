@@ -17,7 +17,6 @@ from typing import Any, Literal
 
 import orjson
 from sqlalchemy import String, func, or_, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Mapped, mapped_column
 
 from hatchway.store.db import Database
@@ -63,8 +62,6 @@ class ToolPins:
     def __init__(self, db: Database, *, max_per_org: int = 10_000) -> None:
         self.db = db
         self.max_per_org = max_per_org
-        dialect = sqlite if db.is_sqlite else postgresql
-        self._insert = dialect.insert
 
     async def check(
         self, org_id: str, server: str, seen: list[Seen], *, add_approved: bool
@@ -110,7 +107,7 @@ class ToolPins:
                             "seen_at": now,
                         }
                     )
-                await s.execute(self._insert(ToolPin).values(values).on_conflict_do_nothing())
+                await s.execute(self.db.insert(ToolPin).values(values).on_conflict_do_nothing())
                 names = [item.tool for item in missing]
                 inserted = await s.scalars(
                     select(ToolPin).where(

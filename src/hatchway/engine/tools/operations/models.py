@@ -19,7 +19,7 @@ from enum import StrEnum
 from typing import Any
 
 import orjson
-from sqlalchemy import JSON, Index, String, Text, text
+from sqlalchemy import DDL, JSON, Index, String, Text, event
 from sqlalchemy.orm import Mapped, mapped_column
 
 from hatchway.store.tables import Base, utcnow
@@ -60,16 +60,6 @@ class OperationRecord(Base):
         Index("ix_operations_org_id_id", "org_id", "id"),
         Index("ix_operations_session", "org_id", "agent", "session_key", "status"),
         Index("ix_operations_status", "status"),
-        # At most one pending confirmation per conversation: the database keeps the invariant.
-        Index(
-            "ux_operations_one_pending",
-            "org_id",
-            "agent",
-            "session_key",
-            unique=True,
-            sqlite_where=text(_AWAITING),
-            postgresql_where=text(_AWAITING),
-        ),
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
@@ -109,6 +99,21 @@ class OperationRecord(Base):
     @property
     def state(self) -> OperationStatus:
         return OperationStatus(self.status)
+
+
+# At most one pending confirmation per conversation: the database keeps the invariant, with a partial
+# unique index (migration 0004 creates it; this says so to `create_all`). Written as DDL, which both
+# SQLite and PostgreSQL read as is, rather than as an Index with ``postgresql_where``: SQLAlchemy
+# would import its PostgreSQL dialect, every driver's module of it (~2 MiB), to check that argument
+# in every gateway, SQLite ones included.
+event.listen(
+    OperationRecord.__table__,
+    "after_create",
+    DDL(
+        "CREATE UNIQUE INDEX ux_operations_one_pending ON operations (org_id, agent, session_key) "
+        f"WHERE {_AWAITING}"
+    ),
+)
 
 
 def arguments_digest(arguments: Any) -> str:
