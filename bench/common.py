@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,6 +98,30 @@ def passthrough_settings(database_url: str, upstream_base: str) -> dict[str, Any
         "providers": [{"id": "up", "base_url": f"{upstream_base}/v1"}],
         "models": [{"name": "bench", "provider": "up", "upstream_model": "bench-model"}],
     }
+
+
+AGENTIC_MODELS = ("plain", "tools-1", "tools-3", "fanout-8", "subagents-8")
+
+
+def add_agentic(config: dict[str, Any], tmp: Path, rounds_base: str, mcp_rounds: str, mcp_fan: str) -> None:
+    """Add make bench's agent-loop part to a pass-through ``config``: models ``tools-N``, ``fanout-8``
+    (routing rules bind two MCP plugins, written to ``tmp``) and agent ``fan`` on the scripted
+    upstream at ``rounds_base``. With plugins bound, the MCP SDK loads at start, as in make bench."""
+    config["providers"].append({"id": "rounds", "base_url": f"{rounds_base}/v1"})
+    config["models"] += [{"name": m, "provider": "rounds", "upstream_model": m} for m in AGENTIC_MODELS]
+    for plugin, server in (("plugin-rounds.yaml", mcp_rounds), ("plugin-fan.yaml", mcp_fan)):
+        body = {
+            "version": "1",
+            "mcp_servers": [{"id": "bench", "url": f"{server}/mcp", "tools": ["lookup"]}],
+            "agent": {"max_rounds": 8},
+        }
+        (tmp / plugin).write_text(yaml.safe_dump(body))
+    config["routing_rules"] = [
+        {"name": "rounds", "match": {"model": "tools-*"}, "plugin": "plugin-rounds.yaml"},
+        {"name": "fan", "match": {"model": "fanout-*"}, "plugin": "plugin-fan.yaml"},
+    ]
+    subagents = {"enabled": True, "max_concurrent": 8, "max_depth": 1}
+    config["agents"] = [{"name": "fan", "model": "subagents-8", "subagents": subagents}]
 
 
 async def bench_key(database_url: str) -> str:

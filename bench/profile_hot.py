@@ -1,10 +1,13 @@
 """Profile and measure the chat-completions hot path (a developer tool, not part of `make bench`).
 
     python -m bench.profile_hot [--requests 2000] [--wrk-seconds 10] [--profile out.svg|out.speedscope]
+                                [--agentic]
 
 Starts the fixed-latency upstream and `hatchway serve` (one worker, optionally under `py-spy record`),
 then measures: c=1 added latency (httpx client, sequential, direct vs through), c=64 throughput and
-latency with wrk (if installed), and the serving process's peak RSS (VmHWM) and start-up time.
+latency with wrk (if installed), and the serving process's RSS (after start, after c=1, after the
+load; peak as VmHWM) and start-up time. ``--agentic`` serves make bench's configuration (two MCP
+plugins bound by routing rules, so the MCP SDK loads at start; none of them is called here).
 With ``PYTHONPATH=<another checkout>/src`` the gateway measured is that checkout's (the upstream
 stays this one's), to compare two versions of the hot path on one machine.
 """
@@ -27,6 +30,7 @@ import yaml
 
 from bench.common import (
     ROOT,
+    add_agentic,
     bench_key,
     free_port,
     passthrough_settings,
@@ -141,13 +145,17 @@ def main() -> None:
     parser.add_argument("--cprofile", help="run the gateway under cProfile, writing this .prof file")
     parser.add_argument("--floor", action="store_true", help="measure bench/profile_floor.py instead")
     parser.add_argument("--floor-client", choices=("aiohttp", "httpx", "hatchway"), default="aiohttp")
+    parser.add_argument("--agentic", action="store_true", help="make bench's configuration, plugins bound")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         up_port, gw_port = free_port(), free_port()
         db_url = f"sqlite+aiosqlite:///{tmp / 'bench.db'}"
         config = tmp / "hatchway.yaml"
-        config.write_text(yaml.safe_dump(passthrough_settings(db_url, f"http://127.0.0.1:{up_port}")))
+        settings = passthrough_settings(db_url, f"http://127.0.0.1:{up_port}")
+        if args.agentic:  # nothing listens there: no request of this script reaches them
+            add_agentic(settings, tmp, "http://127.0.0.1:9", "http://127.0.0.1:9", "http://127.0.0.1:9")
+        config.write_text(yaml.safe_dump(settings))
         key = asyncio.run(bench_key(db_url))
         paths = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, str(ROOT)])}  # another checkout first

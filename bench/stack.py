@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.common import ROOT, bench_key, free_port, passthrough_settings, wait_http
+from bench.common import ROOT, add_agentic, bench_key, free_port, passthrough_settings, wait_http
 
 BENCH = ROOT / "bench"
 LITELLM_VERSION = "1.108.7"
@@ -157,8 +157,6 @@ def start_mcp_tool(stack: Stack, name: str, latency_ms: float) -> Server:
 
 # -- Hatchway -------------------------------------------------------------------------------------
 
-AGENTIC_MODELS = ("plain", "tools-1", "tools-3", "fanout-8", "subagents-8")
-
 
 def start_hatchway(stack: Stack, upstream: Server, rounds: Server | None, mcp: dict[str, Server]) -> Server:
     """One `hatchway serve` for everything: model ``bench`` passes through to the fixed-latency
@@ -166,31 +164,8 @@ def start_hatchway(stack: Stack, upstream: Server, rounds: Server | None, mcp: d
     agent ``fan`` (model ``agent:fan``) gets the hosted ``spawn_subagent``."""
     db_url = f"sqlite+aiosqlite:///{stack.tmp / 'hatchway.db'}"
     config = passthrough_settings(db_url, upstream.base)
-    providers, models = config["providers"], config["models"]
     if rounds is not None:
-        providers.append({"id": "rounds", "base_url": f"{rounds.base}/v1"})
-        models += [{"name": m, "provider": "rounds", "upstream_model": m} for m in AGENTIC_MODELS]
-        for plugin, server in (
-            ("plugin-rounds.yaml", mcp["mcp-20ms"]),
-            ("plugin-fan.yaml", mcp["mcp-200ms"]),
-        ):
-            body = {
-                "version": "1",
-                "mcp_servers": [{"id": "bench", "url": f"{server.base}/mcp", "tools": ["lookup"]}],
-                "agent": {"max_rounds": 8},
-            }
-            (stack.tmp / plugin).write_text(yaml.safe_dump(body))
-        config["routing_rules"] = [
-            {"name": "rounds", "match": {"model": "tools-*"}, "plugin": "plugin-rounds.yaml"},
-            {"name": "fan", "match": {"model": "fanout-*"}, "plugin": "plugin-fan.yaml"},
-        ]
-        config["agents"] = [
-            {
-                "name": "fan",
-                "model": "subagents-8",
-                "subagents": {"enabled": True, "max_concurrent": 8, "max_depth": 1},
-            }
-        ]
+        add_agentic(config, stack.tmp, rounds.base, mcp["mcp-20ms"].base, mcp["mcp-200ms"].base)
     path = stack.tmp / "hatchway.yaml"
     path.write_text(yaml.safe_dump(config))
     stack.hatchway_key = asyncio.run(bench_key(db_url))
