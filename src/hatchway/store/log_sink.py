@@ -172,11 +172,11 @@ class LogSink:
 
     async def _execute(self, rows: list[Row]) -> None:
         async with asyncio.timeout(ATTEMPT_SECONDS):
-            # A bulk INSERT of plain rows on a connection: no ORM session or unit-of-work bookkeeping
-            # for rows nobody reads back.
             if self._sqlite is not None:
                 await self._sqlite.insert(rows)
                 return
+            # A bulk INSERT of plain rows on a connection: no ORM session or unit-of-work bookkeeping
+            # for rows nobody reads back.
             async with self.db.engine.begin() as conn:
                 await conn.execute(self._statement, rows)
 
