@@ -42,6 +42,54 @@ async def test_keys_are_hashed_shown_once_and_authenticate(db: Database) -> None
         await store.authenticate(None)
 
 
+async def test_requests_that_miss_the_key_cache_together_share_one_lookup(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When a busy key's cache entry expires, every request in flight misses at once: one query
+    answers them all (each taking a connection drained the pool), and one caller going away does
+    not fail the others."""
+    from sqlalchemy import event
+
+    store = OrgStore(db)
+    org = await store.create_org(_name())
+    _, plaintext = await store.create_key(org.name)
+    lookups: list[str] = []
+
+    def count(conn, cursor, statement, *args) -> None:  # type: ignore[no-untyped-def]
+        if "api_keys" in statement:
+            lookups.append(statement)
+
+    event.listen(db.engine.sync_engine, "before_cursor_execute", count)
+    try:
+        monkeypatch.setattr("hatchway.store.orgs._AUTH_CACHE_SECONDS", -1.0)  # every entry expired
+        for bearer, ok in ((plaintext, True), (plaintext + "x", False)):
+            lookups.clear()
+            outcomes: list[object] = []
+
+            async def one(bearer: str = bearer, outcomes: list[object] = outcomes) -> None:
+                try:
+                    outcomes.append((await store.authenticate(bearer)).org_id)
+                except AuthenticationError as exc:
+                    outcomes.append(exc)
+
+            with anyio.fail_after(10):
+                with anyio.CancelScope() as gone:  # the first caller starts the lookup and goes away
+                    gone.cancel()
+                    await store.authenticate(bearer)
+                async with anyio.create_task_group() as tg:
+                    for _ in range(41):
+                        tg.start_soon(one)
+            assert len(lookups) == 1, lookups
+            assert len(outcomes) == 41
+            if ok:
+                assert outcomes == [org.id] * 41
+            else:
+                assert all(isinstance(o, AuthenticationError) for o in outcomes)
+            assert store._auth_lookups == {}
+    finally:
+        event.remove(db.engine.sync_engine, "before_cursor_execute", count)
+
+
 async def test_duplicate_org_and_unknown_org(db: Database) -> None:
     store = OrgStore(db)
     name = _name()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import secrets
 import time
@@ -31,6 +32,7 @@ class OrgStore:
     def __init__(self, db: Database) -> None:
         self.db = db
         self._auth_cache: dict[str, tuple[float, Principal]] = {}
+        self._auth_lookups: dict[str, asyncio.Future[Principal]] = {}
 
     async def create_org(self, name: str) -> Organization:
         org = Organization(id=new_id("org"), name=name)
@@ -79,10 +81,25 @@ class OrgStore:
                 "(create one with `hatchway keys create`)."
             )
         digest = hash_key(bearer)
-        now = time.monotonic()
         cached = self._auth_cache.get(digest)
-        if cached is not None and cached[0] > now:
+        if cached is not None and cached[0] > time.monotonic():
             return cached[1]
+        # One lookup per key however many requests miss together: when a busy key's entry expires,
+        # every request in flight misses at once, and each taking a connection of its own drained
+        # the pool (on SQLite, up to 15 connections, each a thread with its page cache: +5 MiB).
+        lookup = self._auth_lookups.get(digest)
+        if lookup is None:
+            lookup = asyncio.ensure_future(self._look_up(digest))
+            self._auth_lookups[digest] = lookup
+            lookup.add_done_callback(lambda done: self._looked_up(digest, done))
+        return await asyncio.shield(lookup)  # a caller that goes away does not cancel the others' lookup
+
+    def _looked_up(self, digest: str, done: asyncio.Future[Principal]) -> None:
+        self._auth_lookups.pop(digest, None)
+        if not done.cancelled():
+            done.exception()  # retrieved: when every caller went away, asyncio would log it as lost
+
+    async def _look_up(self, digest: str) -> Principal:
         async with self.db.session() as s:
             row = await s.execute(
                 select(ApiKey, Organization)
@@ -97,5 +114,5 @@ class OrgStore:
         principal = Principal(org_id=org.id, org_name=org.name, key_id=key.id, key_name=key.name)
         if len(self._auth_cache) > 10_000:
             self._auth_cache.clear()
-        self._auth_cache[digest] = (now + _AUTH_CACHE_SECONDS, principal)
+        self._auth_cache[digest] = (time.monotonic() + _AUTH_CACHE_SECONDS, principal)
         return principal
