@@ -1,8 +1,9 @@
 """A gateway that only passes chat completions through loads none of the heavy optional libraries.
 
 Resident memory is one of the gateway's measured figures (bench/run.py): the MCP SDK (~25 MiB),
-cryptography's OpenSSL bindings (~7 MiB), PyJWT, the job queue, Alembic, the OpenTelemetry SDK and
-genai-prices' table are imported when a configuration or a request needs them, not by serving.
+cryptography's OpenSSL bindings (~7 MiB), PyJWT, the job queue, Alembic, the OpenTelemetry SDK,
+genai-prices' table and python-stdnum are imported when a configuration or a request needs them,
+not by serving.
 Checked in a fresh interpreter that starts the ASGI app (its lifespan, as uvicorn runs it) and
 answers one completion from a real upstream.
 """
@@ -33,6 +34,7 @@ HEAVY = (
     "opentelemetry.sdk",  # tracing is off: the API is enough
     "genai_prices.data",  # the price table (~6 MiB): no vendor prices a loopback upstream's model
     "sqlalchemy.dialects.postgresql",  # every PostgreSQL driver's dialect module (~2 MiB), on SQLite
+    "stdnum",  # the PII guard's checksums (~2 MiB with the Unicode table it builds): no tool result here
 )
 
 _SERVE_ONE = """

@@ -11,11 +11,10 @@ identifiers whose format or checksum makes them certain."""
 from __future__ import annotations
 
 import bisect
+import functools
+import importlib
 import re
 from collections.abc import Callable, Sequence
-
-from stdnum import iban, luhn
-from stdnum.br import cnpj, cpf
 
 from hatchway.engine.guards.findings import MAX_SCANNED, Finding
 
@@ -33,9 +32,24 @@ _ISSUERS = re.compile(
 number of another prefix is an id."""
 
 
+def _stdnum(module: str) -> Callable[[str], bool]:
+    """python-stdnum's ``is_valid`` of ``module``, imported when the first candidate is checked:
+    ``stdnum.util`` builds a table from the Unicode database at import (about 2 MiB resident with
+    what it imports), which a gateway whose results hold no such number never needs."""
+
+    @functools.cache
+    def load() -> Callable[[str], bool]:
+        return importlib.import_module(f"stdnum.{module}").is_valid  # type: ignore[no-any-return]
+
+    return lambda text: load()(text)
+
+
+_luhn = _stdnum("luhn")
+
+
 def _card(text: str) -> bool:
     digits = _digits(text)
-    return 13 <= len(digits) <= 19 and _ISSUERS.match(digits) is not None and luhn.is_valid(digits)
+    return 13 <= len(digits) <= 19 and _ISSUERS.match(digits) is not None and _luhn(digits)
 
 
 def _phone(text: str) -> bool:
@@ -52,10 +66,10 @@ _KINDS: dict[str, tuple[re.Pattern[str], Callable[[str], bool] | None]] = {
     ),
     "iban": (
         re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?(?![A-Za-z0-9])"),
-        iban.is_valid,
+        _stdnum("iban"),
     ),
-    "cnpj": (re.compile(r"(?<![\w./-])\d{2}\.\d{3}\.\d{3}/\d{4}-\d{2}(?!\w)"), cnpj.is_valid),
-    "cpf": (re.compile(r"(?<![\w./-])\d{3}\.?\d{3}\.?\d{3}-?\d{2}(?![\w/])"), cpf.is_valid),
+    "cnpj": (re.compile(r"(?<![\w./-])\d{2}\.\d{3}\.\d{3}/\d{4}-\d{2}(?!\w)"), _stdnum("br.cnpj")),
+    "cpf": (re.compile(r"(?<![\w./-])\d{3}\.?\d{3}\.?\d{3}-?\d{2}(?![\w/])"), _stdnum("br.cpf")),
     # 13–19 digits, plain or in groups of one separator (4-4-4-4, Amex's 4-6-5), not inside a
     # hexadecimal or alphanumeric token (a hash, a UUID).
     "card": (
