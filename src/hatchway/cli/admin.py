@@ -7,7 +7,15 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from hatchway.cli.app import DEFAULT_CONFIG, ConfigOption, app, console, examples, run_async, settings_from
+from hatchway.cli.program import (
+    DEFAULT_CONFIG,
+    ConfigOption,
+    app,
+    console,
+    examples,
+    run_async,
+    settings_from,
+)
 from hatchway.store.db import Database
 from hatchway.store.orgs import OrgStore
 

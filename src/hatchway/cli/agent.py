@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from hatchway.cli.app import DEFAULT_CONFIG, ConfigOption, app, err_console, examples, fail, settings_from
+from hatchway.cli.program import DEFAULT_CONFIG, ConfigOption, app, err_console, examples, fail, settings_from
 from hatchway.config.agent_files import (
     AgentFiles,
     AgentTools,

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from hatchway.cli.app import DEFAULT_CONFIG, ConfigOption, app, console, examples, fail, run_async
+from hatchway.cli.program import DEFAULT_CONFIG, ConfigOption, app, console, examples, fail, run_async
 from hatchway.cli.secrets import OrgOption, _with_vault
 from hatchway.store.orgs import OrgStore
 from hatchway.vault import Vault

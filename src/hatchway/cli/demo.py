@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from hatchway.cli.app import app, examples
+from hatchway.cli.program import app, examples
 from hatchway.demo.env import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL
 
 

@@ -10,7 +10,7 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
-from hatchway.cli.app import (
+from hatchway.cli.program import (
     DEFAULT_CONFIG,
     ConfigOption,
     app,

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from hatchway.cli.app import (
+from hatchway.cli.program import (
     DEFAULT_CONFIG,
     ConfigOption,
     app,

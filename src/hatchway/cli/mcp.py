@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from hatchway.cli.app import DEFAULT_CONFIG, ConfigOption, app, examples
+from hatchway.cli.program import DEFAULT_CONFIG, ConfigOption, app, examples
 
 mcp_app = typer.Typer(help="MCP servers: diagnose one with the gateway's own client.", no_args_is_help=True)
 app.add_typer(mcp_app, name="mcp", rich_help_panel="Check configuration")
@@ -163,7 +163,7 @@ def endpoints(config: ConfigOption = DEFAULT_CONFIG) -> None:
     """List the virtual MCP servers hatchway.yaml serves at /mcp/<name> (mcp_endpoints)."""
     from rich.table import Table
 
-    from hatchway.cli.app import console, settings_from
+    from hatchway.cli.program import console, settings_from
 
     settings = settings_from(config)
     table = Table(title=f"{len(settings.mcp_endpoints)} MCP endpoints", title_justify="left")

@@ -17,8 +17,8 @@ import orjson
 import typer
 from rich.table import Table
 
-from hatchway.cli.app import console, err_console, fail, settings_from
 from hatchway.cli.mcp_target import PROBE_SERVER_ID, OAuthInputs, SecretInputs, Target, build_server
+from hatchway.cli.program import console, err_console, fail, settings_from
 from hatchway.config.plugin import McpServerConfig, load_plugin
 from hatchway.engine.tools.mcp.auth import VaultCredentials
 from hatchway.engine.tools.mcp.auth.consent import HeadlessConsent, LoopbackConsent

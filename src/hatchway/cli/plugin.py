@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from hatchway.cli.app import app, err_console, examples
+from hatchway.cli.program import app, err_console, examples
 from hatchway.config.plugin import McpServerConfig, PluginConfig, load_plugin
 from hatchway.engine.tools.mcp.forwarding import DROPPED_WHY
 from hatchway.errors import ConfigError

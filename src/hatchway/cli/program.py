@@ -29,6 +29,15 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def _group() -> None:
+    # The program is a group of commands even when only the one being run is imported
+    # (hatchway/cli/__init__.py): Typer would run a lone command as the program itself.
+    pass
+
+
 console = Console()
 err_console = Console(stderr=True)
 

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from hatchway.cli.app import app, console, examples
+from hatchway.cli.program import app, console, examples
 from hatchway.config.schema import SCHEMA_KINDS
 from hatchway.docs.generate import schema_text
 

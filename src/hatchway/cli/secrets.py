@@ -15,7 +15,7 @@ from typing import Annotated, TypeVar
 import typer
 from rich.table import Table
 
-from hatchway.cli.app import (
+from hatchway.cli.program import (
     DEFAULT_CONFIG,
     ConfigOption,
     app,

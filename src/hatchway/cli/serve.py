@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from hatchway.cli.app import (
+from hatchway.cli.program import (
     DEFAULT_CONFIG,
     ConfigOption,
     app,

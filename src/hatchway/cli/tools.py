@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from hatchway.cli.app import (
+from hatchway.cli.program import (
     DEFAULT_CONFIG,
     ConfigOption,
     app,

@@ -8,7 +8,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from hatchway.cli.app import (
+from hatchway.cli.logs import parse_time
+from hatchway.cli.program import (
     DEFAULT_CONFIG,
     ConfigOption,
     app,
@@ -19,7 +20,6 @@ from hatchway.cli.app import (
     run_async,
     settings_from,
 )
-from hatchway.cli.logs import parse_time
 from hatchway.engine.pricing import table_version
 from hatchway.store.db import Database
 from hatchway.store.orgs import OrgStore

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from hatchway.cli.app import (
+from hatchway.cli.program import (
     DEFAULT_CONFIG,
     ConfigOption,
     app,
