@@ -129,7 +129,8 @@ def test_a_secret_echoed_inside_json_reaches_neither_the_model_nor_the_run_log_n
     secret_scanner.watch(secret)
     server = vault_server(mcp_server_factory, secret)
     plugin = vault_plugin(server, tool_cache_ttl_seconds=60)
-    gateway = gateway_factory(redis_url=REDIS_URL, **rule_for(tmp_path, plugin))
+    cache = {"redis_url": REDIS_URL} if REDIS_URL else {}  # the in-memory cache without Redis
+    gateway = gateway_factory(**cache, **rule_for(tmp_path, plugin))
     secret_scanner.watch_database(gateway.settings.database_url)
     if REDIS_URL:
         secret_scanner.watch_redis(REDIS_URL)

@@ -87,8 +87,11 @@ class RunningGateway:
         body: dict[str, Any] = {"value": value}
         if allowed_hosts is not None:
             body["allowed_hosts"] = allowed_hosts
-        return httpx.put(
-            f"{self.url}/v1/secrets/{name}", json=body, headers={"authorization": f"Bearer {key or self.key}"}
+        return httpx.put(  # the clients' timeout (30 s): a starved CI worker once took over httpx's 5
+            f"{self.url}/v1/secrets/{name}",
+            json=body,
+            headers={"authorization": f"Bearer {key or self.key}"},
+            timeout=30.0,
         )
 
     def client(self, key: str | None = None, **kwargs: Any) -> openai.OpenAI:
