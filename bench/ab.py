@@ -15,37 +15,26 @@ whether a change moved it.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import os
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
-import yaml
-
-from bench.common import ROOT, add_agentic, bench_key, free_port, passthrough_settings
+from bench.common import ROOT, add_agentic, passthrough_settings
 from bench.load import Target, wrk
 from bench.run import BODY
-from bench.stack import Server, Stack, start_mcp_tool, start_rounds_upstream, start_upstream
+from bench.stack import Server, Stack, start_mcp_tool, start_rounds_upstream, start_serve, start_upstream
 
 
 def _gateway(
     stack: Stack, name: str, src: Path, upstream: Server, rounds: Server, mcp: list[Server]
 ) -> Target:
-    home = stack.tmp / name
-    home.mkdir()
-    db_url = f"sqlite+aiosqlite:///{home / 'hatchway.db'}"
-    config = passthrough_settings(db_url, upstream.base)
-    add_agentic(config, home, rounds.base, mcp[0].base, mcp[1].base)
-    (home / "hatchway.yaml").write_text(yaml.safe_dump(config))
-    key = asyncio.run(bench_key(db_url))
-    port = free_port()
-    args = [sys.executable, "-m", "hatchway", "serve", "--config", str(home / "hatchway.yaml")]
-    args += ["--port", str(port), "--log-level", "warning"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(ROOT)])}
-    server = stack.start(name, args, port=port, health="/healthz", cwd=home, env=env)
-    return Target(name, f"{server.base}/v1/chat/completions", f"Bearer {key}")
+    config = passthrough_settings("", upstream.base)
+    del config["database_url"]  # its own SQLite (``start_serve``)
+    plugins = stack.tmp / f"{name}-plugins"
+    plugins.mkdir()
+    add_agentic(config, plugins, rounds.base, mcp[0].base, mcp[1].base)
+    key = start_serve(stack, name, config, src)
+    return Target(name, f"{stack.servers[name].base}/v1/chat/completions", f"Bearer {key}")
 
 
 def main() -> None:

@@ -116,9 +116,9 @@ def add_agentic(config: dict[str, Any], tmp: Path, rounds_base: str, mcp_rounds:
             "agent": {"max_rounds": 8},
         }
         (tmp / plugin).write_text(yaml.safe_dump(body))
-    config["routing_rules"] = [
-        {"name": "rounds", "match": {"model": "tools-*"}, "plugin": "plugin-rounds.yaml"},
-        {"name": "fan", "match": {"model": "fanout-*"}, "plugin": "plugin-fan.yaml"},
+    config["routing_rules"] = [  # absolute: the config may be written elsewhere (start_serve)
+        {"name": "rounds", "match": {"model": "tools-*"}, "plugin": str(tmp / "plugin-rounds.yaml")},
+        {"name": "fan", "match": {"model": "fanout-*"}, "plugin": str(tmp / "plugin-fan.yaml")},
     ]
     subagents = {"enabled": True, "max_concurrent": 8, "max_depth": 1}
     config["agents"] = [{"name": "fan", "model": "subagents-8", "subagents": subagents}]

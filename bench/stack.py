@@ -107,8 +107,12 @@ class Stack:
         self._stack.close()
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT)}
+def _env(src: Path | None = None) -> dict[str, str]:
+    """This environment with the checkout's root importable, behind ``src`` or an inherited
+    PYTHONPATH (another checkout's src, as ``profile_hot`` takes it): that is then the hatchway the
+    process runs. Replacing PYTHONPATH made ``PYTHONPATH=<other>/src make bench`` measure this one."""
+    first = str(src) if src is not None else os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (first, str(ROOT)) if p)}
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -251,17 +255,17 @@ def running(tmp: Path) -> Iterator[Stack]:
         stack.close()
 
 
-def gateway_env() -> dict[str, str]:
+def gateway_env(src: Path | None = None) -> dict[str, str]:
     """This environment without the variables that would win over a gateway's hatchway.yaml."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = _env(src)
     for name in ("HATCHWAY_DATABASE_URL", "HATCHWAY_REDIS_URL"):
         env.pop(name, None)
     return env
 
 
-def start_serve(stack: Stack, name: str, config: dict) -> str:
+def start_serve(stack: Stack, name: str, config: dict, src: Path | None = None) -> str:
     """``hatchway serve`` named ``name`` with ``config`` (its own directory and SQLite added), one
-    worker; returns an API key of a new organisation."""
+    worker, the hatchway of ``src`` if given; returns an API key of a new organisation."""
     home = stack.tmp / "".join(c if c.isalnum() else "-" for c in name)
     home.mkdir()
     db_url = f"sqlite+aiosqlite:///{home / 'hatchway.db'}"
@@ -271,5 +275,5 @@ def start_serve(stack: Stack, name: str, config: dict) -> str:
     port = free_port()
     args = [sys.executable, "-m", "hatchway", "serve", "--config", str(path), "--port", str(port)]
     args += ["--log-level", "warning"]
-    stack.start(name, args, port=port, health="/healthz", cwd=home, env=gateway_env())
+    stack.start(name, args, port=port, health="/healthz", cwd=home, env=gateway_env(src))
     return key
