@@ -103,7 +103,11 @@ def _spy(pid: int, output: str) -> subprocess.Popen[bytes]:
     fmt = {".speedscope": "speedscope", ".txt": "raw"}.get(Path(output).suffix, "flamegraph")
     spy = str(Path(python()).parent / "py-spy")
     native = ["--native"] if os.environ.get("SPY_NATIVE") else []  # C frames: syscalls, uvloop
-    args = [spy, "record", "-r", "250", *native, "-f", fmt, "-o", str(Path(output).resolve())]
+    # SPY_NONBLOCKING: sample without stopping the process (at concurrency 1, stopping it at a high
+    # SPY_RATE made each request several times slower than what was being measured)
+    nonblocking = ["--nonblocking"] if os.environ.get("SPY_NONBLOCKING") else []
+    args = [spy, "record", *nonblocking, "-r", os.environ.get("SPY_RATE", "250"), *native, "-f", fmt]
+    args += ["-o", str(Path(output).resolve())]
     args += ["--pid", str(pid)]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1.0)  # let it attach before the load starts

@@ -4,9 +4,10 @@ record is written — or none, for a run handed to the job queue, whose worker r
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -14,7 +15,7 @@ from hatchway.config.settings import Settings
 from hatchway.engine.context import MAX_SIDE_STEPS, ListingFailure, Principal, RunContext
 from hatchway.engine.items import Usage
 from hatchway.engine.loop import RunResult
-from hatchway.engine.run import RunScopes
+from hatchway.engine.run import RECORD_DELAY_SECONDS, RunScopes
 from hatchway.errors import ProviderUnavailable
 from hatchway.observability.metrics import Metrics
 from hatchway.observability.telemetry import Telemetry
@@ -28,7 +29,7 @@ SETTINGS = Settings.model_validate({"providers": [{"id": "u", "base_url": "http:
 class Harness:
     """Real telemetry (an in-memory span exporter) and a real log writer whose records are kept."""
 
-    def __init__(self) -> None:
+    def __init__(self, record_delay_seconds: float = RECORD_DELAY_SECONDS) -> None:
         self.exporter = InMemorySpanExporter()
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(self.exporter))
@@ -36,15 +37,25 @@ class Harness:
         self.writer = LogWriter(
             Database("sqlite+aiosqlite:///:memory:")
         )  # never started: records stay queued
-        self.records: list[Record] = []
-        self.writer.observers.append(self.records.append)
-        self.scopes = RunScopes(self.telemetry, self.writer)
+        self.submitted: list[Record] = []
+        self.writer.observers.append(self.submitted.append)
+        self.scopes = RunScopes(self.telemetry, self.writer, record_delay_seconds=record_delay_seconds)
+
+    @property
+    def records(self) -> list[Record]:
+        """The records submitted, once the closed runs' are (as a reader's flush does)."""
+        self.scopes.record_closed()
+        return self.submitted
 
     def in_flight(self) -> float:
         return self.telemetry.metrics.runs_in_flight._value.get()
 
+    def finished_spans(self) -> list[ReadableSpan]:
+        self.scopes.record_closed()
+        return list(self.exporter.get_finished_spans())
+
     def run_spans(self) -> list[str]:
-        return [s.name for s in self.exporter.get_finished_spans()]
+        return [s.name for s in self.finished_spans()]
 
 
 def context() -> RunContext:
@@ -67,6 +78,52 @@ def test_a_run_that_answers_is_recorded_once_with_its_result() -> None:
     [record] = h.records
     assert (record.status, record.http_status, record.rounds, record.model) == ("ok", 200, 2, "gpt-4o")
     assert h.in_flight() == 0 and h.run_spans() == ["invoke_agent gpt-4o"]
+
+
+def test_a_closed_run_leaves_flight_at_once_and_is_recorded_shortly_after_without_a_reader() -> None:
+    h = Harness()
+    seen: list[tuple[float, float]] = []
+
+    async def run() -> None:
+        recorded = asyncio.Event()
+        h.writer.observers.append(lambda record: recorded.set())
+        async with h.scopes.open("chat.completions", context(), model="gpt-4o") as scope:
+            scope.begin(name="gpt-4o", agent=None, plugin_source=None)
+            scope.end(200, RunResult(text="hi", rounds=1))
+        seen.append(
+            (h.in_flight(), len(h.submitted))
+        )  # the answer's bytes are out: the next request may come
+        async with asyncio.timeout(5):
+            await recorded.wait()  # no flush, no reader: the scopes' timer records it
+
+    asyncio.run(run())
+    assert seen == [(0, 0)]
+    [record] = h.submitted
+    assert record.http_status == 200
+    [span] = h.exporter.get_finished_spans()
+    assert span.name == "invoke_agent gpt-4o"
+
+
+def test_a_run_recorded_later_keeps_the_latency_and_end_it_had_when_it_closed() -> None:
+    h = Harness(record_delay_seconds=60)  # recorded only when asked to
+    times: dict[str, float] = {}
+
+    async def run() -> None:
+        times["opened"] = time.monotonic()
+        async with h.scopes.open("chat.completions", context(), model="gpt-4o") as scope:
+            scope.begin(name="gpt-4o", agent=None, plugin_source=None)
+            scope.end(200, RunResult(text="hi", rounds=1))
+        times["closed"], times["closed_ns"] = time.monotonic(), time.time_ns()
+        until = time.monotonic() + 0.05
+        while time.monotonic() < until:  # 50 ms pass before anyone reads (the clock, not a sleep)
+            pass
+        assert h.submitted == [] and h.in_flight() == 0
+
+    asyncio.run(run())
+    [record] = h.records  # a reader's flush records what closed
+    assert record.latency_ms <= (times["closed"] - times["opened"]) * 1000
+    [span] = h.finished_spans()
+    assert span.end_time is not None and span.end_time <= times["closed_ns"]
 
 
 @pytest.mark.parametrize(
@@ -97,7 +154,7 @@ def test_an_error_leaving_the_block_is_recorded_with_its_status(
         "contas",
     )
     assert h.in_flight() == 0
-    [span] = h.exporter.get_finished_spans()
+    [span] = h.finished_spans()
     assert span.status.status_code.name == "ERROR"
 
 
@@ -150,7 +207,7 @@ def test_a_run_handed_to_the_queue_writes_no_record_here_and_ends_its_span() -> 
     asyncio.run(run())
 
     assert h.records == [] and h.in_flight() == 0
-    [span] = h.exporter.get_finished_spans()
+    [span] = h.finished_spans()
     assert span.attributes is not None and span.attributes["hatchway.status"] == "queued"
 
 

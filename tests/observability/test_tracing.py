@@ -48,11 +48,18 @@ def only(spans: list[ReadableSpan], name: str) -> ReadableSpan:
 
 
 def finished_request_span(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
-    """Every span, once the request's server span has ended (it ends after the last byte is sent)."""
+    """Every span, once the request's server span (it ends after the last byte is sent) and its run's
+    span (when the run is recorded, a few ms later: ``engine/run.py``) have ended."""
 
     def ready() -> list[ReadableSpan] | None:
         spans = list(exporter.get_finished_spans())
-        return spans if any(s.name == name for s in spans) else None
+        requests = [s for s in spans if s.name == name]
+        runs = (
+            [s for s in children_of(spans, requests[-1]) if s.name.startswith("invoke_agent")]
+            if requests
+            else []
+        )
+        return spans if runs else None
 
     return wait_until(ready, message=f"the {name} span")
 

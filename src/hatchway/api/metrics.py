@@ -36,4 +36,6 @@ async def metrics(request: Request) -> Response:
         given = bearer_token(request.headers.get("authorization", "")) or ""
         if not expected or not hmac.compare_digest(given.encode(), expected.encode()):
             raise AuthenticationError("/metrics: send Authorization: Bearer <metrics_token>")
-    return Response(gateway_of(request).telemetry.metrics.exposition(), media_type=CONTENT_TYPE)
+    gw = gateway_of(request)
+    gw.scopes.record_closed()  # the runs that closed in the last few ms count (engine/run.py)
+    return Response(gw.telemetry.metrics.exposition(), media_type=CONTENT_TYPE)

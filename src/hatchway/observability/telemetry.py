@@ -2,8 +2,9 @@
 
 ``RunScope`` (``engine/run.py``) is the only caller of the run hooks here: ``run_started`` when a
 run is planned (the run counts as in flight; with tracing on its span opens and ``RunInstruments``
-wraps the model provider and toolsets so model and tool calls get spans of their own) and
-``run_ended`` when its scope closes, on every exit path.
+wraps the model provider and toolsets so model and tool calls get spans of their own),
+``run_left`` when its scope closes, on every exit path, and ``run_ended`` with its record, a few
+milliseconds later (``RunScopes``).
 """
 
 from __future__ import annotations
@@ -82,15 +83,18 @@ class Telemetry:
     def instruments(self, span: Span | None) -> RunInstruments:
         return RunInstruments(span, self.tracing.tracer)
 
-    def run_ended(self, span: Span | None, record: LogRecord | None) -> None:
-        """The run's scope closed: out of flight; its span ends, described by its record (None:
-        handed to the job queue, whose worker records it)."""
+    def run_left(self) -> None:
+        """The run's scope closed: it is no longer in flight."""
         self.metrics.runs_in_flight.dec()
+
+    def run_ended(self, span: Span | None, record: LogRecord | None, *, end_time: int | None = None) -> None:
+        """The run's span ends (at ``end_time``, ns since the epoch: when its scope closed),
+        described by its record (None: handed to the job queue, whose worker records it)."""
         if span is None:
             return
         if record is None:
             span.set_attribute("hatchway.status", "queued")
-            span.end()
+            span.end(end_time=end_time)
             return
         span.set_attributes(
             {
@@ -107,7 +111,7 @@ class Telemetry:
         span.set_attributes(guard_attributes(record.steps or ()))
         if record.status != "ok":
             span.set_status(Status(StatusCode.ERROR, f"HTTP {record.http_status}"))
-        span.end()
+        span.end(end_time=end_time)
 
     def observe_record(self, record: Record) -> None:
         """Every record the log writer receives feeds the run metrics."""

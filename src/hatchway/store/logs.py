@@ -121,6 +121,9 @@ class LogWriter:
         """Ends a linger early: set by ``flush()`` and when a full batch is waiting."""
         self.observers: list[Callable[[Record], None]] = []
         """Called with each record as it is submitted (metrics); they must be quick and not raise."""
+        self.before_flush: list[Callable[[], None]] = []
+        """Called first by ``flush()`` and ``close()``: what submits records a little later than it
+        could (``RunScopes``' closed runs) submits them now."""
 
     def start(self) -> None:
         if self._task is None:
@@ -141,6 +144,8 @@ class LogWriter:
 
     async def flush(self) -> None:
         """Wait until every record submitted so far is in the database (or in the spool)."""
+        for submit_now in self.before_flush:
+            submit_now()
         if self._task is None:
             await self._write(self._take())
         elif self._pending:
@@ -150,6 +155,8 @@ class LogWriter:
 
     async def close(self) -> None:
         """Write what is queued, then stop (through an outage: into the spool, without waiting it out)."""
+        for submit_now in self.before_flush:
+            submit_now()
         self.sink.hurry()
         if self._task is not None:
             self._task.cancel()
