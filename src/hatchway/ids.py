@@ -24,14 +24,17 @@ def _encoded(value: int, pairs: int) -> str:
 def _random_part() -> str:
     """16 characters of the OS's CSPRNG, drawn and encoded ``_BATCH`` at a time: a chat completion
     takes two ids, and a syscall and an encoding loop per id cost ~50 µs of its path on a VM whose
-    caches went cold while the request waited for its upstream (``bench/README.md``)."""
+    caches went cold while the request waited for its upstream."""
     global _random
-    part = next(_random, None)  # a list iterator's next is atomic: two threads never get one value
+    part = next(_random, None)  # a list iterator's next is atomic (GIL): no two threads get one value
     if part is None:
         block = os.urandom(_BATCH * _RANDOM_BYTES)
-        parts = [block[i : i + _RANDOM_BYTES] for i in range(0, len(block), _RANDOM_BYTES)]
-        _random = iter([_encoded(int.from_bytes(bits, "big"), 8) for bits in parts])
-        part = next(_random)
+        parts = [
+            _encoded(int.from_bytes(block[i : i + _RANDOM_BYTES], "big"), 8)
+            for i in range(0, len(block), _RANDOM_BYTES)
+        ]
+        part = parts.pop()  # taken before the others are shared: other threads may drain them first
+        _random = iter(parts)
     return part
 
 

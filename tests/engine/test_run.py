@@ -104,6 +104,26 @@ def test_a_closed_run_leaves_flight_at_once_and_is_recorded_shortly_after_withou
     assert span.name == "invoke_agent gpt-4o"
 
 
+def test_runs_closed_on_a_later_loop_are_recorded_by_a_timer_of_that_loop() -> None:
+    h = Harness()
+
+    async def run(number: int) -> None:
+        async with h.scopes.open("chat.completions", context(), model="gpt-4o") as scope:
+            scope.end(200, RunResult(text=f"hi {number}", rounds=1))
+
+    asyncio.run(run(1))  # this loop ends before its timer fires
+
+    async def second() -> None:
+        both = asyncio.Event()
+        h.writer.observers.append(lambda record: both.set() if len(h.submitted) == 2 else None)
+        await run(2)
+        async with asyncio.timeout(5):
+            await both.wait()  # with no reader: the second loop's timer records them both
+
+    asyncio.run(second())
+    assert [r.http_status for r in h.submitted] == [200, 200]
+
+
 def test_a_run_recorded_later_keeps_the_latency_and_end_it_had_when_it_closed() -> None:
     h = Harness(record_delay_seconds=60)  # recorded only when asked to
     times: dict[str, float] = {}

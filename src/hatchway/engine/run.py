@@ -80,6 +80,8 @@ class RunScopes:
         self._closed: list[RunScope] = []
         """Scopes closed and not yet recorded: those of the last ``record_delay_seconds``."""
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_loop: asyncio.AbstractEventLoop | None = None
+        """The loop ``_timer`` runs on: a timer left on a loop that ended never fires."""
         log_writer.before_flush.append(self.record_closed)
 
     def open(
@@ -112,8 +114,9 @@ class RunScopes:
             scope._finish()
             return
         self._closed.append(scope)
-        if self._timer is None:
+        if self._timer is None or self._timer_loop is not loop:
             self._timer = loop.call_later(self.record_delay_seconds, self.record_closed)
+            self._timer_loop = loop
 
 
 class RunScope:
@@ -200,10 +203,10 @@ class RunScope:
 
     def _finish(self) -> None:
         record = None if self._handed_off else self._record(self._ending or RunEnding(500))
-        if self._begun:
-            self._scopes.telemetry.run_ended(self._span, record, end_time=self._ended_ns)
         if record is not None:
             self._scopes.log_writer.submit(record)
+        if self._begun:
+            self._scopes.telemetry.run_ended(self._span, record, end_time=self._ended_ns)
 
     def _span_attributes(self, name: str) -> dict[str, Any]:
         attributes: dict[str, Any] = {

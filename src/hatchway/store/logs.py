@@ -165,6 +165,8 @@ class LogWriter:
             self._task = None
         held, self._held = self._held, []
         await self._write(held)  # cancelled while lingering: the records it held are written here
+        for submit_now in self.before_flush:  # runs that closed while the above was written
+            submit_now()
         while not self._queue.empty():
             await self._write(self._take())
         await self.sink.close()
