@@ -202,7 +202,9 @@ class RunScope:
         self._scopes._closing(self)
 
     def _finish(self) -> None:
-        record = None if self._handed_off else self._record(self._ending or RunEnding(500))
+        """Record the closed run and end its span (``RunScopes.record_closed``)."""
+        assert self._ending is not None, "a run is recorded once its scope has closed"
+        record = None if self._handed_off else self._record(self._ending)
         if record is not None:
             self._scopes.log_writer.submit(record)
         if self._begun:

@@ -144,8 +144,7 @@ class LogWriter:
 
     async def flush(self) -> None:
         """Wait until every record submitted so far is in the database (or in the spool)."""
-        for submit_now in self.before_flush:
-            submit_now()
+        self._submit_late()
         if self._task is None:
             await self._write(self._take())
         elif self._pending:
@@ -155,8 +154,7 @@ class LogWriter:
 
     async def close(self) -> None:
         """Write what is queued, then stop (through an outage: into the spool, without waiting it out)."""
-        for submit_now in self.before_flush:
-            submit_now()
+        self._submit_late()
         self.sink.hurry()
         if self._task is not None:
             self._task.cancel()
@@ -165,11 +163,14 @@ class LogWriter:
             self._task = None
         held, self._held = self._held, []
         await self._write(held)  # cancelled while lingering: the records it held are written here
-        for submit_now in self.before_flush:  # runs that closed while the above was written
-            submit_now()
+        self._submit_late()  # runs that closed while the above was written
         while not self._queue.empty():
             await self._write(self._take())
         await self.sink.close()
+
+    def _submit_late(self) -> None:
+        for submit_now in self.before_flush:
+            submit_now()
 
     def _take(self) -> list[Record]:
         batch = []
