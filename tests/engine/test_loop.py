@@ -20,6 +20,7 @@ from hatchway.engine.loop import (
     RunResult,
     ToolCallFinished,
     ToolCallStarted,
+    milliseconds,
 )
 from hatchway.engine.providers.base import ModelRequest, ModelResponse
 from hatchway.engine.tools.base import Interruption, RunPreamble, ToolResult
@@ -272,3 +273,21 @@ def test_a_call_keeps_its_id_from_model_to_result() -> None:
 
     [step] = [s for s in result.steps if s["type"] == "tool_call"]
     assert step["call_id"] == "call_fixed" and step["result_preview"] == "found z"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "decimals", "expected"),
+    [(0.0123456, 3, 12.346), (1.5, 3, 1500.0), (1733420000.12367, 1, 1733420000123.7), (0.0000004, 3, 0.0)],
+)
+def test_step_times_are_milliseconds_to_the_places_the_run_log_keeps(
+    seconds: float, decimals: int, expected: float
+) -> None:
+    assert milliseconds(seconds, decimals) == expected
+
+
+def test_a_model_step_records_its_start_and_duration_in_milliseconds() -> None:
+    before = time.time() * 1000
+    result = run(agent_loop(FunctionModel(lambda request: answer("hello"))))
+    step = result.steps[0]
+    assert step["type"] == "model_call" and before - 1 <= step["started_at_ms"] <= time.time() * 1000
+    assert 0 <= step["duration_ms"] < 10_000 and step["duration_ms"] == round(step["duration_ms"], 3)

@@ -42,6 +42,29 @@ async def test_keys_are_hashed_shown_once_and_authenticate(db: Database) -> None
         await store.authenticate(None)
 
 
+async def test_a_cached_key_is_not_hashed_again_and_the_cache_holds_neither_key_nor_stored_hash(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cache files a key under a per-process keyed BLAKE2b: a hit skips SHA-256 (slow through
+    OpenSSL on an idle loop), and what the cache holds matches neither the key nor the database's hash."""
+    from hatchway.store import orgs
+
+    store = OrgStore(db)
+    org = await store.create_org(_name())
+    _, plaintext = await store.create_key(org.name)
+    hashed: list[str] = []
+    monkeypatch.setattr(orgs, "hash_key", lambda key: hashed.append(key) or hash_key(key))
+
+    first = await store.authenticate(plaintext)
+    second = await store.authenticate(plaintext)
+    assert first == second and first.org_id == org.id
+    assert hashed == [plaintext]  # the miss looked the key up by its SHA-256; the hit did not hash it
+    held = repr(store._auth_cache)
+    assert plaintext not in held and hash_key(plaintext) not in held
+    with pytest.raises(AuthenticationError):  # a near miss is not confused with the cached key
+        await store.authenticate(plaintext[:-1] + ("A" if plaintext[-1] != "A" else "B"))
+
+
 async def test_requests_that_miss_the_key_cache_together_share_one_lookup(
     db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -148,7 +148,7 @@ class RunScope:
         self._ending: RunEnding | None = None
         self._handed_off = False
         self._closed = False
-        self._latency_ms = 0.0
+        self._latency_seconds = 0.0
         self._ended_ns: int | None = None
 
     async def __aenter__(self) -> RunScope:
@@ -195,7 +195,7 @@ class RunScope:
             return
         self._closed = True
         self._ending = self._ending or _ending_of(exc)
-        self._latency_ms = round((time.monotonic() - self.started) * 1000, 3)
+        self._latency_seconds = time.monotonic() - self.started  # rounded in the record, later
         self._ended_ns = time.time_ns() if self._span is not None else None
         if self._begun:
             self._scopes.telemetry.run_left()
@@ -255,7 +255,7 @@ class RunScope:
             status="ok" if ending.http_status < 400 and ending.error is None else "error",
             http_status=ending.http_status,
             finish_reason=result.finish_reason if result is not None else None,
-            latency_ms=self._latency_ms,
+            latency_ms=round(self._latency_seconds * 1000, 3),
             prompt_tokens=usage.prompt_tokens if usage else 0,
             completion_tokens=usage.completion_tokens if usage else 0,
             total_tokens=usage.total_tokens if usage else 0,
