@@ -48,9 +48,9 @@ from bench.common import passthrough_settings, percentile
 from bench.passthrough import BODY
 from bench.stack import Server, Stack, running, start_serve, start_upstream
 from hatchway.config.settings import LimitsSettings, LimitValues
-from hatchway.engine.context import Principal
-from hatchway.engine.limit_scopes import Requester, reserved_tokens
-from hatchway.engine.limits import Limiter
+from hatchway.limits.limiter import Limiter
+from hatchway.limits.scopes import Requester, reserved_tokens
+from hatchway.principal import Principal
 
 TARGET_MS = 0.1
 """Added p50 at concurrency 1 with the limits in process, end to end."""

@@ -19,13 +19,14 @@ from starlette.applications import Starlette
 from starlette.responses import Response
 from starlette.routing import Route
 
-from hatchway.engine.context import Principal, RunContext
+from hatchway.engine.context import RunContext
 from hatchway.engine.providers.routing import ResolvedModel
 from hatchway.engine.run import RunScopes
 from hatchway.observability.metrics import Metrics
 from hatchway.observability.middleware import ObservabilityMiddleware
 from hatchway.observability.telemetry import Telemetry
 from hatchway.observability.tracing import Tracing
+from hatchway.principal import Principal
 from hatchway.store.db import Database
 from hatchway.store.logs import LogWriter
 

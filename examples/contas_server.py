@@ -56,6 +56,8 @@ class ContasBackend:
     """When set to an Event, cancellations wait for it (lets tests hold an execution in flight)."""
     started: threading.Event = field(default_factory=threading.Event)
     """Set when a cancellation starts executing."""
+    hold_seconds: float = 0.0
+    """How long each cancellation takes after it is recorded (a slow backend)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def record(self, tool: str, arguments: dict[str, Any], meta: Any, *, execution: bool) -> str:
@@ -138,6 +140,8 @@ def build_server(backend: ContasBackend) -> MCPServer:
         backend.started.set()
         if backend.gate is not None:
             await anyio.to_thread.run_sync(backend.gate.wait, 30.0)
+        if backend.hold_seconds:
+            await anyio.sleep(backend.hold_seconds)
         results = []
         for target in targets:
             name = str(target.get("name", ""))

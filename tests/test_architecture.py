@@ -129,3 +129,90 @@ def test_the_folders_are_the_boxes_of_the_design() -> None:
         "observability/__init__.py",
     }
     assert boxes <= folders
+
+
+LAYERS: list[tuple[str, ...]] = [
+    (
+        "hatchway.errors",
+        "hatchway.ids",
+        "hatchway.principal",
+        "hatchway.redaction",
+        "hatchway.egress",
+        "hatchway.json_limits",
+    ),
+    ("hatchway.config", "hatchway.store", "hatchway.vault"),
+    ("hatchway.credentials", "hatchway.limits"),
+    ("hatchway.engine",),
+    ("hatchway.responses", "hatchway.mcp_server"),
+    ("hatchway.api", "hatchway.cli"),
+]
+"""DESIGN.md's boxes, lowest first: a module imports only from its own layer or those below it."""
+
+
+def _layer(module: str) -> int | None:
+    for depth, prefixes in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return depth
+    return None
+
+
+def test_each_layer_imports_only_from_itself_and_the_layers_below() -> None:
+    upward = []
+    for name, targets in graph().items():
+        mine = _layer(name)
+        if mine is None:
+            continue
+        upward += [
+            f"{name} → {t}" for t in sorted(targets) if (theirs := _layer(t)) is not None and theirs > mine
+        ]
+    assert upward == []
+
+
+def test_the_layers_name_real_packages() -> None:
+    present = {
+        p for prefixes in LAYERS for p in prefixes if any(m == p or m.startswith(p + ".") for m in MODULES)
+    }
+    assert {"hatchway.limits", "hatchway.principal", "hatchway.redaction", "hatchway.egress"} <= present
+    assert "hatchway.mcp_server" in present
+
+
+MCP_ROUTING = ("hatchway.engine.tools.mcp.catalog", "hatchway.engine.tools.mcp.toolset")
+"""Where an MCP tool is listed, allowlisted, pinned, named and a call routed to its server: the
+engine's one catalog, and the loop's toolset over it."""
+
+
+def test_api_holds_no_mcp_routing() -> None:
+    """Which server's tool a name reaches is decided once, in the engine's catalog, for the loop and
+    for the MCP server service (``mcp_server/``); ``api/`` only routes a request to its endpoint."""
+    edges = graph()
+    routers = sorted(name for name, targets in edges.items() if targets & set(MCP_ROUTING))
+    assert [m for m in routers if not m.startswith(("hatchway.engine.", "hatchway.mcp_server."))] == []
+    assert "hatchway.mcp_server.endpoint" in routers
+    glue = [
+        f"{name} → {target}"
+        for name, targets in edges.items()
+        if name.startswith("hatchway.api.mcp_endpoints")
+        for target in sorted(targets)
+        if target.startswith("hatchway.engine.tools.")
+    ]
+    assert glue == []
+
+
+def _layout_block(text: str, first_line: str) -> str:
+    start = text.index("```\n" + first_line)
+    return text[start : text.index("```\n", start + 4)]
+
+
+def test_the_layout_in_the_docs_names_every_package() -> None:
+    """The README's layout and docs/architecture.md's boxes name every package of src/hatchway (and
+    the engine's), so a folder added or moved shows up as a failure here, not as a stale map."""
+    packages = sorted(p.name + "/" for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
+    engine = sorted(p.name + "/" for p in (PACKAGE / "engine").iterdir() if (p / "__init__.py").exists())
+    readme = _layout_block((ROOT / "README.md").read_text(encoding="utf-8"), "src/hatchway/\n")
+    boxes = _layout_block((ROOT / "docs" / "architecture.md").read_text(encoding="utf-8"), "api/ ")
+    listed = {word for line in (readme + boxes).splitlines() for word in line.split()}
+    assert [p for p in packages + engine if p not in listed] == []
+    # …and nothing that is no longer there: every folder-like word of the boxes is a real package.
+    real = {p.name + "/" for p in [*PACKAGE.rglob("*"), *ROOT.iterdir()] if p.is_dir()} | {"src/hatchway/"}
+    named = {w for w in listed if w.endswith("/") and w[:-1].replace("_", "").isalpha()}
+    assert sorted(named - real) == []

@@ -17,6 +17,7 @@
     │   │   └── HeadTooLarge ... 431: a request head (line and headers) past its limit
     │   └── ClientGone ......... 499: the client went away before the answer (nothing is sent)
     ├── Unavailable ............ 503 (a capability this process cannot serve right now)
+    │   └── LimitsUnavailable .. Redis cannot count the limits (``limits.on_redis_failure: refuse``)
     ├── InternalError .......... 500: a bug; what a client is told instead of a traceback
     ├── ProviderError .......... the upstream LLM failed
     │   ├── ProviderUnavailable  502 (connect error, broken response)
@@ -206,6 +207,15 @@ class Unavailable(HatchwayError):
     status_code = 503
     error_type = "server_error"
     default_code = "unavailable"
+
+
+class LimitsUnavailable(Unavailable):
+    """Redis cannot count a request in the limits and ``limits.on_redis_failure`` is ``refuse``;
+    ``headers`` carry ``retry-after``."""
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.headers = {"retry-after": str(retry_after)}
 
 
 class InternalError(HatchwayError):

@@ -12,13 +12,14 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hatchway.config.plugins import ConfiguredPlugins
 from hatchway.config.settings import LimitsSettings, Settings
-from hatchway.engine.limits import Limiter
+from hatchway.credentials import VaultCredentials
+from hatchway.credentials.grants import UserGrantService
+from hatchway.engine.items import Usage
 from hatchway.engine.plan import Planner
 from hatchway.engine.providers.routing import ModelRouter
 from hatchway.engine.run import RunScopes
-from hatchway.engine.tools.mcp.auth import VaultCredentials
-from hatchway.engine.tools.mcp.auth.grants import UserGrantService
 from hatchway.engine.tools.mcp.binding import PluginBinding
 from hatchway.engine.tools.mcp.credentials import McpCredentials
 from hatchway.engine.tools.mcp.pinning import ToolPinning
@@ -26,6 +27,8 @@ from hatchway.engine.tools.mcp.pool import McpServerPool, PoolBounds, keep_expir
 from hatchway.engine.tools.mcp.questions import InputQuestions
 from hatchway.engine.tools.operations.binding import OperationBinding
 from hatchway.engine.tools.operations.store import OperationStore
+from hatchway.errors import HatchwayError
+from hatchway.limits.limiter import Limiter
 from hatchway.observability.metrics import Metrics
 from hatchway.observability.retention import keep_purging_logs
 from hatchway.observability.telemetry import Telemetry
@@ -92,7 +95,10 @@ class Gateway:
         self.logs = RequestLogStore(self.db)
         self.usage = UsageStore(self.db)
         """Sums of the request log: requests, tokens and spend by key, end user, agent, model."""
+        self.plugins = ConfiguredPlugins(settings)
+        """The plugin files hatchway.yaml names, parsed once (rules', agents', MCP endpoints')."""
         metrics = Metrics(
+            servers=self.plugins.server_ids(),
             known_models=[*(m.name for m in settings.models), *(f"agent:{a.name}" for a in settings.agents)],
             providers=[p.id for p in settings.providers],
         )
@@ -108,18 +114,20 @@ class Gateway:
         self.telemetry = Telemetry(metrics, Tracing.from_settings(settings, tracer_provider))
         """Prometheus series (a registry of this gateway's own) and, when configured, OTel spans."""
         self.log_writer.observers.append(self.telemetry.observe_record)
-        self.scopes = RunScopes(self.telemetry, self.log_writer)
-        """Every run's lifecycle: gauge, span and record (``engine/run.py``)."""
         self.limit_overrides = LimitOverrides(self.db)
         self.limits = Limiter.from_settings(
             settings,
             overrides=self._limits_now,
-            spent_since=lambda limit, since: spent_since(
-                self.db, limit.org_id, since, limit.group, limit.name
+            spent_since=lambda limit, since, excluded: spent_since(
+                self.db, limit.org_id, since, limit.group, limit.name, excluded
             ),
+            on_failure=metrics.limits_redis_failed,
+            price=self._price_estimate,
         )
         """hatchway.yaml's ``limits:`` (and ``hatchway limits set``'s), checked before a run of the
         run routes starts."""
+        self.scopes = RunScopes(self.telemetry, self.log_writer, limits=self.limits)
+        """Every run's lifecycle: gauge, span, record and hold on the limits (``engine/run.py``)."""
         self.vault = Vault(self.db, load_master_key(settings.master_key_file))
         self.models = ModelRouter(settings, secret_lookup=self.vault.system_secret)
         pool = settings.mcp_pool
@@ -159,6 +167,7 @@ class Gateway:
         """Each listing of an MCP server's tools checked against the pins: runs' and ``/mcp/<name>``'s."""
         plugins = PluginBinding(
             settings,
+            plugins=self.plugins,
             pool=self.mcp_pool,
             credentials=self.mcp_credentials,
             cache=self.cache,
@@ -196,6 +205,21 @@ class Gateway:
             tasks=self.tasks,
             follow_seconds=settings.loop_deadline_seconds + settings.response_lease_seconds * 2,
         )
+
+    def _price_estimate(self, model: str, input_tokens: int, output_tokens: int) -> float | None:
+        """What a call of ``model`` (a public name, or ``agent:<name>``: its agent's) with these
+        tokens costs by the price table; None when it cannot be priced (the limits' budget holds)."""
+        if model.startswith("agent:"):
+            agent = next((a for a in self.settings.agents if f"agent:{a.name}" == model), None)
+            if agent is None:
+                return None
+            model = agent.model
+        try:
+            resolved = self.models.resolve(model)
+        except HatchwayError:
+            return None
+        usage = Usage(prompt_tokens=input_tokens, completion_tokens=output_tokens)
+        return resolved.provider.estimate_cost(resolved.upstream_model, usage)
 
     async def _limits_now(self) -> LimitsSettings:
         """hatchway.yaml's limits with ``hatchway limits set``'s laid over them."""

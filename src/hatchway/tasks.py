@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -35,6 +35,20 @@ class TaskRegistry:
             self._attachments[key] = attachment
         task.add_done_callback(lambda t, k=key: self._forget(k, t))
         return task
+
+    @contextlib.contextmanager
+    def current(self, key: str) -> Iterator[None]:
+        """The running task counts as ``key`` while the block runs: a response run inline by its
+        request (not spawned) is one of this process's runs too — its lease is renewed, and it is
+        cancelled on shutdown like the others."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks[key] = task
+        try:
+            yield
+        finally:
+            if self._tasks.get(key) is task:
+                del self._tasks[key]
 
     def _forget(self, key: str, task: asyncio.Task[Any]) -> None:
         if self._tasks.get(key) is task:

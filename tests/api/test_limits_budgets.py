@@ -15,7 +15,9 @@ import pytest
 from tests.api.test_responses_socket import turn
 from tests.conftest import GatewayFactory
 from tests.support import cli
+from tests.support.backends import REDIS_URL
 from tests.support.gateway import RunningGateway
+from tests.support.replicas import purge_redis, unique_redis_prefix
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.servers import wait_until
 
@@ -209,3 +211,71 @@ def test_limits_set_with_the_cli_apply_to_a_running_gateway(
         cwd=gateway.config_path.parent,
     )
     assert bad.returncode == 2 and "concurrent_runs" in bad.stderr
+
+
+CENT_A_TOKEN = [
+    {
+        "name": "gpt-4o",
+        "provider": "upstream",
+        "upstream_model": "gpt-4o-2024",
+        "price": {"input_per_mtok": 0, "output_per_mtok": 20_000},  # 0.02 USD an output token
+    }
+]
+
+
+@pytest.mark.parametrize(
+    "backend", ["memory", pytest.param("redis", marks=[pytest.mark.redis, pytest.mark.postgres])]
+)
+def test_requests_started_together_hold_their_estimate_so_a_budget_is_passed_by_one_call_at_most(
+    backend: str, request: pytest.FixtureRequest, gateway_factory: GatewayFactory, llm: ScriptedLLM
+) -> None:
+    """8 requests at once, each costing 0.02 USD (max_tokens 1), under a 0.05 daily budget: each
+    admitted one holds its estimate (0.02) until it ends, so 3 are let in (0, 0.02, 0.04 held: below
+    0.05) and 5 refused — not 8 let in because none had ended yet. On Redis, across two gateways."""
+    gate = threading.Event()
+    llm.default = Reply(text="ok", prompt_tokens=5, completion_tokens=1, gate=gate)
+    config: dict[str, Any] = {"models": CENT_A_TOKEN, "limits": {"keys": {"*": {"budget_usd_per_day": 0.05}}}}
+    prefix = ""
+    if backend == "redis":
+        if not REDIS_URL:
+            pytest.skip("Redis not configured: set HATCHWAY_TEST_REDIS_URL")
+        prefix = unique_redis_prefix()
+        config |= {"redis_url": REDIS_URL, "redis_prefix": prefix}
+        first = gateway_factory(request.getfixturevalue("pg_database_url"), **config)
+        second = RunningGateway(first.config_path).start(first.org)
+        request.addfinalizer(second.stop)
+        gateways = [first, second]
+    else:
+        gateways = [gateway_factory(**config)]
+    try:
+        outcomes: list[Any] = []
+
+        def send(gateway: RunningGateway) -> None:
+            try:
+                outcomes.append(_chat(gateway.client(key=gateways[0].key), max_tokens=1).parse())
+            except openai.RateLimitError as exc:
+                outcomes.append(exc)
+
+        threads = [threading.Thread(target=send, args=(gateways[i % len(gateways)],)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        # The refused ones are answered at once; the admitted ones wait at the upstream.
+        wait_until(lambda: len(outcomes) + len(llm.requests) == 8, timeout=60, message="8 requests decided")
+        gate.set()
+        for thread in threads:
+            thread.join(timeout=60)
+
+        refused = [o for o in outcomes if isinstance(o, openai.RateLimitError)]
+        answered = [o for o in outcomes if not isinstance(o, openai.RateLimitError)]
+        assert (len(answered), len(refused), len(llm.requests)) == (3, 5, 3)
+        for refusal in refused:
+            assert refusal.code == "budget_exceeded"
+            assert "USD more is held by runs in progress" in refusal.message
+            assert refusal.response.headers["retry-after"] == "1"  # held, not spent: worth a retry soon
+        # Once they ended, what they cost (0.06) is spent: refused until midnight, nothing held.
+        late = _refusal(lambda: _chat(gateways[-1].client(), max_tokens=1))
+        assert late is not None and "0.060000 USD has been spent" in late.message
+        assert "held" not in late.message and int(late.response.headers["retry-after"]) > 1
+    finally:
+        if prefix:
+            purge_redis(REDIS_URL, prefix)

@@ -254,3 +254,30 @@ def test_claude_codes_documented_settings_list_call_and_confirm(
     refused = asyncio.run(with_settings("bob", bob_confirms))
     assert refused.is_error and "confirmation_not_yours" in refused.content[0].text
     assert contas.backend.executions == {accepted["operation_id"]: 1}  # nothing else ever ran
+
+
+def test_confirmations_repeated_while_it_executes_each_get_the_outcome(
+    contas: RunningContas, gateway_factory: Any, tmp_path: Path
+) -> None:
+    """A client's user double-clicks, or its SDK retries: every ``confirm_operation`` of the same
+    operation, sent at once while the first executes, is answered with the finished outcome."""
+    gateway = _gateway(contas, gateway_factory, tmp_path)
+    contas.backend.hold_seconds = 1.5  # a slow backend: the copies arrive while it executes
+
+    async def ask(client: Client) -> types.CallToolResult:
+        return await client.call_tool(TOOL, ABC)
+
+    body = asyncio.run(_session(gateway, "auto", ask)).structured_content
+    assert body is not None
+    decision = {"operation_id": body["operation_id"], "arguments_digest": body["arguments_digest"]}
+
+    async def confirm(client: Client) -> types.CallToolResult:
+        return await client.call_tool("confirm_operation", {**decision, "decision": "confirm"})
+
+    async def together() -> list[types.CallToolResult]:
+        return list(await asyncio.gather(*(_session(gateway, "auto", confirm) for _ in range(4))))
+
+    results = asyncio.run(together())
+    assert [r.structured_content and r.structured_content["status"] for r in results] == ["COMPLETED"] * 4
+    assert all(r.structured_content["verdict"] == "PARTIAL_SUCCESS" for r in results)  # type: ignore[index]
+    assert contas.backend.executions == {body["operation_id"]: 1}

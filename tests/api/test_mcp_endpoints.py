@@ -294,3 +294,28 @@ def test_one_organisation_cannot_take_every_session_of_an_endpoint(
     )
     assert closed.status_code == 200
     assert open_session(gateway.key).status_code == 200  # a closed session frees its place
+
+
+def test_an_allowlist_written_as_documented_works_with_namespace_false(
+    mcp_server_factory: Callable[..., McpTestServer],
+    gateway_factory: Any,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """docs/configuration.md names tools ``<server>__<tool>``; with ``namespace: false`` such an
+    allowlist exposed nothing, silently (issue 41). Now it matches, and an entry that matches no tool
+    any server offers is said in the log."""
+    upstream, gateway = calc_endpoint(
+        mcp_server_factory, gateway_factory, tmp_path, namespace=False, tools=["calc__add", "calc__nope"]
+    )
+
+    async def use(client: Client) -> tuple[list[str], str]:
+        names = [t.name for t in (await client.list_tools()).tools]
+        added = await client.call_tool("add", {"a": 2, "b": 3})
+        return names, added.content[0].text
+
+    names, added = asyncio.run(_session(f"{gateway.url}/mcp/tools", gateway.key, "auto", use))
+    assert names == ["add"] and added == "5"
+    warned = [r.getMessage() for r in caplog.records if "matches none of the tools" in r.getMessage()]
+    assert len(warned) == 1 and "'calc__nope'" in warned[0]
+    assert upstream.tool_calls("add") == 1

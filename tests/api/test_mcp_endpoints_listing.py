@@ -17,9 +17,10 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from hatchway.api.mcp_servers import _tools
-from hatchway.engine.context import Principal, RunContext
+from hatchway.engine.context import RunContext
 from hatchway.errors import McpServerError
-from hatchway.observability.redaction import Redactor
+from hatchway.principal import Principal
+from hatchway.redaction import Redactor
 from tests.support.agent_loop import write_plugin
 from tests.support.contas import ABC, RunningContas
 from tests.support.gateway import RunningGateway

@@ -16,6 +16,7 @@ import pytest
 
 from tests.support.contas import ABC, RunningContas
 from tests.support.gateway import RunningGateway
+from tests.support.operations import operation
 from tests.support.servers import wait_until
 
 
@@ -91,18 +92,25 @@ def test_confirm_executes_once_and_a_second_confirm_gets_409_with_the_outcome(
     assert primary["idempotency_key"] == op_id
 
 
-def test_confirm_while_executing_is_409_and_runs_nothing_more(
+def test_confirm_while_executing_waits_for_the_outcome_and_runs_nothing_more(
     ops_gateway: RunningGateway, contas: RunningContas
 ) -> None:
     op_id = _pending(ops_gateway, contas)
     contas.backend.gate = threading.Event()  # hold the first execution in flight
-    with ThreadPoolExecutor(1) as pool:
+    with ThreadPoolExecutor(2) as pool:
         first = pool.submit(_http, ops_gateway, "POST", f"/v1/operations/{op_id}/confirm")
-        assert contas.backend.started.wait(10)
-        second = _http(ops_gateway, "POST", f"/v1/operations/{op_id}/confirm", json={"confirm": True})
-        assert second.status_code == 409 and second.json()["operation"]["status"] == "EXECUTING"
+        assert contas.backend.started.wait(120)
+        second = pool.submit(
+            _http, ops_gateway, "POST", f"/v1/operations/{op_id}/confirm", json={"confirm": True}
+        )
+        assert operation(ops_gateway, op_id)["status"] == "EXECUTING"
         contas.backend.gate.set()
-        assert first.result(30).status_code == 200
+        assert first.result(120).status_code == 200
+        duplicate = second.result(120)
+    # The duplicate is answered with the outcome it waited for, not with "EXECUTING".
+    assert duplicate.status_code == 409 and duplicate.json()["error"]["code"] == "operation_not_pending"
+    assert duplicate.json()["operation"]["status"] == "COMPLETED"
+    assert duplicate.json()["operation"]["verdict"]["status"] == "PARTIAL_SUCCESS"
     assert contas.backend.executions == {op_id: 1}
 
 
@@ -111,7 +119,7 @@ def test_simultaneous_confirms_execute_once(ops_gateway: RunningGateway, contas:
     start = threading.Barrier(4)
 
     def confirm() -> int:
-        start.wait(10)
+        start.wait(60)
         return _http(ops_gateway, "POST", f"/v1/operations/{op_id}/confirm").status_code
 
     with ThreadPoolExecutor(4) as pool:
@@ -221,7 +229,7 @@ def test_an_expired_operation_cannot_be_confirmed(ops_gateway: RunningGateway, c
     def expired() -> bool:
         return _http(ops_gateway, "GET", f"/v1/operations/{op_id}").json()["status"] == "CANCELLED"
 
-    wait_until(expired, timeout=10, interval=0.1, message="the pending operation to expire")
+    wait_until(expired, timeout=60, interval=0.1, message="the pending operation to expire")
     response = _http(ops_gateway, "POST", f"/v1/operations/{op_id}/confirm")
     assert response.status_code == 409 and response.json()["error"]["code"] == "operation_expired"
     assert response.json()["operation"]["status_reason"].startswith("expired")

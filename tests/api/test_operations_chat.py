@@ -81,9 +81,14 @@ def test_confirmed_in_the_next_message_executes_once_with_per_item_outcomes(
     summary = json.loads(llm.requests[-1]["messages"][-1]["content"])
     assert summary["operation_id"] == op_id and summary["verdict"] == "PARTIAL_SUCCESS"
 
-    again = chat(agent_gateway, [*conversation, {"role": "user", "content": "sim"}])  # a client retry
-    assert again.parse().choices[0].message.content == "Posso ajudar em algo mais?"
-    assert contas.backend.executions == {op_id: 1}
+    # A client retry of the same "sim": answered with the outcome by the gateway, the model not called.
+    calls = len(llm.requests)
+    again = chat(agent_gateway, [*conversation, {"role": "user", "content": "sim"}])
+    told = again.parse().choices[0].message.content
+    assert told.startswith(f"Operation {op_id} (cancelar_vas_avulso) was confirmed already and executed once")
+    assert "PARTIAL_SUCCESS" in told and "Produto B (1002): failed (not_found)" in told
+    assert again.headers["x-hatchway-operation-id"] == op_id
+    assert len(llm.requests) == calls and contas.backend.executions == {op_id: 1}
 
 
 def test_no_cancels_and_nothing_runs(agent_gateway: RunningGateway, contas: RunningContas) -> None:

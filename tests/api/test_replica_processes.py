@@ -23,9 +23,10 @@ import yaml
 
 from hatchway.config.agent_files import agent_files_in, load_agent_tools
 from hatchway.config.agents import OperationSettings
-from hatchway.engine.context import Principal, RunContext
+from hatchway.engine.context import RunContext
 from hatchway.engine.tools.operations.service import OperationService
 from hatchway.engine.tools.operations.store import OperationStore
+from hatchway.principal import Principal
 from hatchway.store.db import Database
 from tests.support.agent_loop import USER, rounds, summarise, tool_steps
 from tests.support.backends import PG_URL, REDIS_URL

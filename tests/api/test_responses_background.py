@@ -135,7 +135,7 @@ def test_run_of_a_crashed_process_is_failed_when_its_lease_expires(
     try:
         wait_until(
             lambda: answers_healthz(f"http://127.0.0.1:{port}"),
-            timeout=20,
+            timeout=120,
             message="the crashing gateway to start",
         )
         created = crashing.responses.create(model="gpt-4o", input="x", background=True)
@@ -147,3 +147,20 @@ def test_run_of_a_crashed_process_is_failed_when_its_lease_expires(
 
     failed = poll(survivor.client(), created.id, ("failed",), timeout=10)
     assert "stopped" in failed.error.message
+
+
+def test_a_response_run_to_its_end_in_its_request_outlives_its_lease(
+    gateway_factory, llm: ScriptedLLM
+) -> None:
+    """A plain (not streamed, not background) response runs inside its request; its lease is renewed
+    like a spawned run's, so one that lasts longer than ``response_lease_seconds`` is not taken for a
+    dead replica's and failed under it (it was: a slow answer, or a duplicate confirmation waiting
+    for its operation's outcome on a busy machine, ended ``failed``/``interrupted``)."""
+    gateway = gateway_factory(response_lease_seconds=0.6)
+    llm.reply("slow but here", delay=2.5)  # four leases long
+
+    response = gateway.client().responses.create(model="gpt-4o", input="x")
+
+    assert response.status == "completed", response.error
+    assert response.output_text == "slow but here"
+    assert gateway.client().responses.retrieve(response.id).status == "completed"

@@ -74,11 +74,11 @@ def test_serve_with_the_example_config_answers_healthz(tmp_path: Path) -> None:
             except httpx.TransportError:
                 return False
 
-        wait_until(healthy, timeout=30, message="hatchway serve to answer /healthz")
+        wait_until(healthy, timeout=120, message="hatchway serve to answer /healthz")
         assert (tmp_path / ".hatchway" / "hatchway.db").exists()
     finally:
         proc.terminate()
-        output, _ = proc.communicate(timeout=10)
+        output, _ = proc.communicate(timeout=60)
     # The migrations are applied (and said to be) before the server listens.
     assert (
         f"database ready: sqlite+aiosqlite:///./.hatchway/hatchway.db\nserving on http://127.0.0.1:{port}"

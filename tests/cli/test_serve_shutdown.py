@@ -47,7 +47,7 @@ def test_sigterm_answers_requests_in_flight_and_keeps_their_log_records(
         stderr=subprocess.PIPE,
     )
     try:
-        wait_until(lambda: accepts_connections(port), timeout=30, message="hatchway serve to listen")
+        wait_until(lambda: accepts_connections(port), timeout=120, message="hatchway serve to listen")
 
         def ask(i: int) -> httpx.Response:
             return httpx.post(
@@ -62,11 +62,11 @@ def test_sigterm_answers_requests_in_flight_and_keeps_their_log_records(
             wait_until(lambda: len(llm.requests) == IN_FLIGHT, timeout=30, message="every request upstream")
             proc.send_signal(signal.SIGTERM)
             wait_until(
-                lambda: not accepts_connections(port), timeout=30, message="the gateway to stop listening"
+                lambda: not accepts_connections(port), timeout=120, message="the gateway to stop listening"
             )
             gate.set()  # only now does the upstream answer: the gateway is shutting down
             responses = [answer.result(timeout=30) for answer in answers]
-        _, stderr = proc.communicate(timeout=30)
+        _, stderr = proc.communicate(timeout=120)
     finally:
         gate.set()
         if proc.poll() is None:

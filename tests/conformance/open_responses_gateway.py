@@ -49,7 +49,7 @@ def main() -> int:
         )
         try:
             wait_until(
-                lambda: answers_healthz(f"http://127.0.0.1:{port}") or serve.poll() is not None, timeout=30
+                lambda: answers_healthz(f"http://127.0.0.1:{port}") or serve.poll() is not None, timeout=120
             )
             print(f"--base-url http://127.0.0.1:{port}/v1 --api-key {key} --model gpt-4o-mini", flush=True)
             serve.wait()
@@ -58,7 +58,7 @@ def main() -> int:
         finally:
             serve.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
-                serve.wait(timeout=10)
+                serve.wait(timeout=60)
             llm.stop()
     return 0
 

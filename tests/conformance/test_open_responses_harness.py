@@ -52,7 +52,7 @@ def test_the_open_responses_harness_passes_against_hatchway_serve() -> None:
         )
     finally:
         gateway.terminate()
-        gateway.wait(timeout=30)
+        gateway.wait(timeout=120)
         if gateway.stdout is not None:
             gateway.stdout.close()
     report = json.loads(run.stdout)

@@ -107,7 +107,7 @@ def test_limits_hold_across_two_replicas_behind_one_address(
             [NGINX, "-p", str(run_dir), "-c", str(main), "-e", "stderr"], stderr=nginx_log
         )
         front = f"http://127.0.0.1:{listen}"
-        wait_until(lambda: answers_healthz(front), timeout=20, interval=0.1, message="nginx to answer")
+        wait_until(lambda: answers_healthz(front), timeout=120, interval=0.1, message="nginx to answer")
         llm.default = Reply(text="ok")
 
         # 10 requests per minute: 10 admitted (±0) whichever replica each lands on, the 11th refused.

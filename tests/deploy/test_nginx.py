@@ -100,7 +100,7 @@ def test_two_replicas_and_a_worker_behind_nginx(
         run, main = nginx_files(tmp_path, listen, [a.port, b.port])
         nginx = subprocess.Popen([NGINX, "-p", str(run), "-c", str(main), "-e", "stderr"], stderr=nginx_log)
         front = f"http://127.0.0.1:{listen}"
-        wait_until(lambda: answers_healthz(front), timeout=20, interval=0.1, message="nginx to answer")
+        wait_until(lambda: answers_healthz(front), timeout=120, interval=0.1, message="nginx to answer")
         org: OrgKey = asyncio.run(create_org_key(pg_database_url))
         client = openai.OpenAI(base_url=f"{front}/v1", api_key=org.key, max_retries=0, timeout=60)
         llm.default = Reply(text="through the balancer, in several chunks")

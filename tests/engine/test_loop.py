@@ -43,13 +43,18 @@ def run(loop: Any, ctx: RunContext | None = None, items: list[Any] | None = None
     return asyncio.run(loop.run(items or [], ctx or run_context()))
 
 
+def steps(result: RunResult) -> list[dict[str, Any]]:
+    """The loop's steps as the run log stores them."""
+    return [step.to_dict() for step in result.steps]
+
+
 def test_a_plain_answer_is_one_round() -> None:
     model = FunctionModel(lambda request: answer("hello"))
 
     result = run(agent_loop(model))
 
     assert (result.text, result.finish_reason, result.rounds, result.tool_calls) == ("hello", "stop", 1, 0)
-    assert [s["type"] for s in result.steps] == ["model_call"]
+    assert [s["type"] for s in steps(result)] == ["model_call"]
 
 
 def test_tool_results_go_back_to_the_model_until_it_answers() -> None:
@@ -63,7 +68,7 @@ def test_tool_results_go_back_to_the_model_until_it_answers() -> None:
     result = run(agent_loop(model, FunctionToolset(lookup)), ctx)
 
     assert result.text == "found n0 | found n1" and result.rounds == 3 and result.tool_calls == 2
-    assert [s["type"] for s in result.steps] == [
+    assert [s["type"] for s in steps(result)] == [
         "model_call",
         "tool_call",
         "model_call",
@@ -134,7 +139,7 @@ def test_the_deadline_during_a_model_call_returns_the_previous_complete_response
     result = run(agent_loop(FunctionModel(decide), FunctionToolset(shorten)), ctx)
 
     assert (result.finish_reason, result.text, result.rounds) == ("timeout", "first answer", 2)
-    assert [s["outcome"] for s in result.steps if s["type"] == "model_call"] == ["ok", "timeout"]
+    assert [s["outcome"] for s in steps(result) if s["type"] == "model_call"] == ["ok", "timeout"]
 
 
 @pytest.mark.parametrize(("parallel", "order"), [(True, "AB ab"), (False, "Aa Bb")])
@@ -193,7 +198,7 @@ def test_max_tool_calls_refuses_the_calls_over_it_and_stops_offering_tools() -> 
     result = run(agent_loop(FunctionModel(decide), tools, max_tool_calls=1))
 
     assert result.text == "0 tools offered" and result.tool_calls == 1 and len(tools.calls) == 1
-    refused = [s for s in result.steps if s["type"] == "tool_call" and s["outcome"] == "error"]
+    refused = [s for s in steps(result) if s["type"] == "tool_call" and s["outcome"] == "error"]
     assert [s["error_code"] for s in refused] == ["max_tool_calls_reached"]
 
 
@@ -219,7 +224,8 @@ def test_a_failing_tool_gives_the_model_a_structured_error() -> None:
     result = run(agent_loop(FunctionModel(decide), FunctionToolset(broken)))
 
     body = orjson.loads(result.text.removeprefix("saw "))  # type: ignore[union-attr]
-    assert body == {"error": {"code": "tool_failed", "message": "RuntimeError: disk on fire"}}
+    assert body["error"]["code"] == "tool_failed" and body["error"]["message"].startswith("RuntimeError:")
+    assert "disk on fire" not in result.text  # an exception's message may quote SQL or hosts: logged only
 
 
 def test_long_tool_results_are_cut_before_the_model_reads_them() -> None:
@@ -271,7 +277,7 @@ def test_a_call_keeps_its_id_from_model_to_result() -> None:
 
     result = run(agent_loop(FunctionModel(decide), FunctionToolset(lookup)))
 
-    [step] = [s for s in result.steps if s["type"] == "tool_call"]
+    [step] = [s for s in steps(result) if s["type"] == "tool_call"]
     assert step["call_id"] == "call_fixed" and step["result_preview"] == "found z"
 
 
@@ -288,6 +294,6 @@ def test_step_times_are_milliseconds_to_the_places_the_run_log_keeps(
 def test_a_model_step_records_its_start_and_duration_in_milliseconds() -> None:
     before = time.time() * 1000
     result = run(agent_loop(FunctionModel(lambda request: answer("hello"))))
-    step = result.steps[0]
+    step = steps(result)[0]
     assert step["type"] == "model_call" and before - 1 <= step["started_at_ms"] <= time.time() * 1000
     assert 0 <= step["duration_ms"] < 10_000 and step["duration_ms"] == round(step["duration_ms"], 3)

@@ -12,16 +12,20 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from hatchway.config.settings import Settings
-from hatchway.engine.context import MAX_SIDE_STEPS, ListingFailure, Principal, RunContext
-from hatchway.engine.items import Usage
+from hatchway.engine.context import MAX_SIDE_STEPS, RunContext
+from hatchway.engine.items import ToolSpec, Usage
 from hatchway.engine.loop import RunResult
+from hatchway.engine.providers.base import ModelRequest, ModelResponse
 from hatchway.engine.run import RECORD_DELAY_SECONDS, RunScopes
+from hatchway.engine.run_log import ListToolsStep, SideCallStep
 from hatchway.errors import ProviderUnavailable
 from hatchway.observability.metrics import Metrics
 from hatchway.observability.telemetry import Telemetry
 from hatchway.observability.tracing import Tracing
+from hatchway.principal import Principal
 from hatchway.store.db import Database
 from hatchway.store.logs import LogWriter, Record
+from tests.support.function_model import FunctionModel, FunctionToolset, agent_loop, answer, outputs
 
 SETTINGS = Settings.model_validate({"providers": [{"id": "u", "base_url": "http://127.0.0.1:9/v1"}]})
 
@@ -250,7 +254,7 @@ def test_the_record_carries_the_servers_whose_tools_could_not_be_listed() -> Non
 
     async def run() -> None:
         async with h.scopes.open("chat.completions", ctx) as scope:
-            ctx.run.listing_failures.append(ListingFailure("search", "cannot reach the server"))
+            ctx.run.report(ListToolsStep.failed("search", "cannot reach the server"))
             scope.end(200, RunResult())
 
     asyncio.run(run())
@@ -265,6 +269,59 @@ def test_the_record_carries_the_servers_whose_tools_could_not_be_listed() -> Non
     }
 
 
+class _ListingToolset(FunctionToolset):
+    """Tools whose listing could not reach one of their servers (``search``)."""
+
+    async def list_tools(self, ctx: RunContext) -> list[ToolSpec]:
+        ctx.run.report(ListToolsStep.failed("search", "cannot reach the server"))
+        return await super().list_tools(ctx)
+
+
+def test_a_listing_is_recorded_in_the_round_it_happened_in() -> None:
+    """The loop lists its tools for the first round; a toolset that lists again later (a server
+    whose tools changed mid-run) reports that listing in the round the run is in, not round 1."""
+    h = Harness()
+    ctx = context()
+
+    async def lookup(q: str, ctx: RunContext) -> str:
+        if q == "again":  # round 2: the toolset listed its server again, and it was gone
+            ctx.run.report(ListToolsStep.failed("archive", "listed again: the server is gone"))
+        return f"found {q}"
+
+    def decide(request: ModelRequest) -> ModelResponse:
+        seen = outputs(request)
+        if len(seen) == 2:
+            return answer("done")
+        return answer(None, ("lookup", {"q": "again" if seen else "first"}))
+
+    async def run() -> None:
+        async with h.scopes.open("chat.completions", ctx) as scope:
+            loop = agent_loop(FunctionModel(decide), _ListingToolset(lookup))
+            scope.end(200, await loop.run([], ctx))
+
+    asyncio.run(run())
+
+    [record] = h.records
+    listings = [s for s in record.steps if s["type"] == "list_tools"]
+    assert listings == [
+        {
+            "type": "list_tools",
+            "round": 1,
+            "server": "search",
+            "outcome": "error",
+            "error": "cannot reach the server",
+        },
+        {
+            "type": "list_tools",
+            "round": 2,
+            "server": "archive",
+            "outcome": "error",
+            "error": "listed again: the server is gone",
+        },
+    ]
+    assert [s["round"] for s in record.steps if s["type"] == "tool_call"] == [1, 2]
+
+
 def test_side_calls_past_the_kept_steps_are_counted_not_recorded_one_by_one() -> None:
     """A server that samples for as long as the run lasts: every call's tokens count, the record
     keeps the first MAX_SIDE_STEPS steps and the number of the others."""
@@ -274,7 +331,8 @@ def test_side_calls_past_the_kept_steps_are_counted_not_recorded_one_by_one() ->
     async def run() -> None:
         async with h.scopes.open("chat.completions", ctx) as scope:
             for _ in range(MAX_SIDE_STEPS + 50):
-                ctx.run.side_call("sampling", Usage(prompt_tokens=10, completion_tokens=1), model="m")
+                usage = Usage(prompt_tokens=10, completion_tokens=1)
+                ctx.run.report(SideCallStep("sampling", "m", usage=usage))
             scope.end(200, RunResult())
 
     asyncio.run(run())

@@ -150,7 +150,7 @@ def test_runs_as_a_module_on_a_port(tmp_path: Path) -> None:
             except httpx.TransportError:
                 return False
 
-        wait_until(up, timeout=30, message="examples.contas_server to answer /stats")
+        wait_until(up, timeout=120, message="examples.contas_server to answer /stats")
         import anyio
 
         error, result = anyio.run(
@@ -159,4 +159,4 @@ def test_runs_as_a_module_on_a_port(tmp_path: Path) -> None:
         assert not error and result["results"][0]["status"] == "em trânsito"
     finally:
         proc.terminate()
-        proc.communicate(timeout=10)
+        proc.communicate(timeout=60)

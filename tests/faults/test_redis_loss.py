@@ -6,59 +6,21 @@ in again, so ``/readyz`` counts them."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from tests.support.backends import PG_URL, fresh_pg_database
 from tests.support.gateway import create_org_key
+from tests.support.redis_server import RedisServer
 from tests.support.replicas import Replicas, eventually, replica_config, unique_redis_prefix
 from tests.support.scripted_llm import Reply, ScriptedLLM
-from tests.support.servers import free_port, wait_until
 
 pytestmark = [
     pytest.mark.postgres,
     pytest.mark.skipif(not PG_URL, reason="needs PostgreSQL: set HATCHWAY_TEST_DATABASE_URL"),
 ]
-
-
-class RedisServer:
-    """A private ``redis-server`` without persistence: a restart loses every key."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.port = free_port()
-        self.dir = tmp_path
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1"]
-        args += ["--save", "", "--appendonly", "no", "--dir", str(self.dir)]
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_until(self._pings, timeout=20, interval=0.05, message="redis-server to answer")
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            self.process.wait(timeout=20)
-            self.process = None
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def _pings(self) -> bool:
-        try:
-            with redis.Redis.from_url(self.url, socket_timeout=1) as client:
-                return bool(client.ping())
-        except redis.RedisError:
-            return False
 
 
 @pytest.fixture

@@ -247,8 +247,11 @@ async def test_a_full_spool_drops_and_counts_what_does_not_fit_and_keeps_the_res
     assert 0 < kept < 20 and sum(len(p.read_bytes().splitlines()) for p in tmp_path.iterdir()) == kept
     assert metrics.run_records_dropped.labels("spool_full")._value.get() == 20 - kept
     proxy.restore()
-    with anyio.fail_after(30):  # replayed by the next probe
-        while len(await RequestLogStore(db).list(org, LogQuery(limit=100))) < kept:
+    with anyio.fail_after(30):  # replayed by the next probe (rows first, then the count of them)
+        while (
+            len(await RequestLogStore(db).list(org, LogQuery(limit=100))) < kept
+            or metrics.run_records_replayed._value.get() < kept
+        ):
             await anyio.sleep(0.1)
     assert metrics.run_records_replayed._value.get() == kept
     await writer.close()

@@ -51,7 +51,7 @@ def everything(request: pytest.FixtureRequest) -> Iterator[Everything]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_until(lambda: accepts_connections(port) or process.poll() is not None, timeout=20)
+        wait_until(lambda: accepts_connections(port) or process.poll() is not None, timeout=120)
         assert process.poll() is None, f"server-everything ({mode}) exited with {process.returncode}"
         if transport == "sse":
             url = f"http://127.0.0.1:{port}/sse"
@@ -61,7 +61,7 @@ def everything(request: pytest.FixtureRequest) -> Iterator[Everything]:
             yield Everything({"url": url}, [url])
     finally:
         process.terminate()
-        process.wait(timeout=10)
+        process.wait(timeout=60)
 
 
 def tool_outputs(body: dict[str, Any]) -> list[str]:

@@ -10,6 +10,7 @@ by a module's tests that only send requests it refuses, each test as its own org
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -86,3 +87,13 @@ def default_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared
 
 def _rule(directory: Path, plugin: dict[str, Any]) -> dict[str, Any]:
     return {"name": "r", "match": {"model": "gpt-4o"}, "plugin": write_plugin(directory, "p", plugin)}
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    """A loopback TCP listener that nobody should ever connect to (``servers.connections`` counts)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(64)
+        sock.setblocking(False)
+        yield sock

@@ -10,7 +10,7 @@ What makes this meaningful: every server here is on loopback, so the gateway run
 turns off the address check at connect time, so the no-cross-origin-redirect rule is the only thing
 between the redirect and its target (another port on loopback = another origin, standing in for an
 internal service). Without it the redirecting server itself would be refused and nothing tested.
-The token endpoint's redirects are ``tests/engine/tools/mcp/auth/test_oauth.py``.
+The token endpoint's redirects are ``tests/credentials/test_oauth.py``.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ The attacks: the very same confirming request replayed — ``POST /v1/operations
 its ``arguments_digest``), the chat "sim" of the conversation, the Responses "sim" chained on the
 question — and 12 confirmations at once from threads, API confirms racing the conversation's
 "sim" (Chat Completions and Responses). The contas backend counts one execution; every losing API
-confirm is a 409 that carries the operation (executing, or done with its verdict); a losing "sim"
-finds nothing pending any more. Each runs on SQLite and, when configured, PostgreSQL (the race is a
+confirm is a 409 that carries the operation (done with its verdict: it waits while it executes); a
+losing "sim" is answered by the gateway with that outcome (the model is not asked, so it cannot call
+the tool again). Each runs on SQLite and, when configured, PostgreSQL (the race is a
 compare-and-set in the database). Every request says ``X-On-Behalf-Of: ana``. Known: a second
 confirm (``tests/api/test_operations.py``), 4 API confirms at once and 2 mixed
 (``tests/api/test_operations.py``, ``tests/api/test_operations_safety.py``).
@@ -26,7 +27,9 @@ from tests.support.contas import ANSWER, ASK, QUESTION, RunningContas
 from tests.support.gateway import RunningGateway
 
 ANA = {"X-On-Behalf-Of": "ana"}
-IDLE = "Posso ajudar em algo mais?"
+DECIDED = (
+    "Operation {} (cancelar_vas_avulso) was confirmed already and executed once: COMPLETED, PARTIAL_SUCCESS."
+)
 YES = [
     {"role": "user", "content": ASK},
     {"role": "assistant", "content": QUESTION},
@@ -99,7 +102,8 @@ def test_a_replayed_confirmation_executes_once(
         assert first.status_code == 200 and first.json()["status"] == "COMPLETED"
         assert all(lost(r, op_id) and r.json()["operation"]["status"] == "COMPLETED" for r in replays)
     else:
-        assert [yes() for _ in range(3)] == [ANSWER, IDLE, IDLE]
+        first, *replays = [yes() for _ in range(3)]
+        assert first == ANSWER and all(r.startswith(DECIDED.format(op_id)) for r in replays), replays
         assert lost(confirm(ops_gateway, op_id), op_id)  # and the API, after them, gets the outcome
     assert contas.backend.executions == {op_id: 1}
 
@@ -128,5 +132,5 @@ def test_twelve_confirmations_at_once_execute_once(
     assert contas.backend.executions == {op_id: 1}
     winners = [r for r in api_answers if r.status_code == 200]
     assert len(winners) <= 1 and all(lost(r, op_id) for r in api_answers if r.status_code != 200)
-    assert set(reply_answers) <= {ANSWER, IDLE}
+    assert all(a == ANSWER or a.startswith(DECIDED.format(op_id)) for a in reply_answers), reply_answers
     assert winners or ANSWER in reply_answers  # somebody executed it, and was told the outcome

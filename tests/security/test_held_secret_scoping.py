@@ -13,7 +13,7 @@ server through and the secret's scope is the only thing refusing. The allowed ho
 https-style names and the servers plain http on a loopback port, so the refusals hold whether
 ``allowed_hosts`` binds scheme and port or only the host. Known: the loopback host allowed and
 then used, and organisation B's own secret through a hatchway.yaml plugin, are
-``tests/api/test_mcp_secrets_e2e.py``; both OAuth hosts, ``tests/engine/tools/mcp/auth/test_oauth.py``.
+``tests/api/test_mcp_secrets_e2e.py``; both OAuth hosts, ``tests/credentials/test_oauth.py``.
 """
 
 from __future__ import annotations

@@ -95,7 +95,9 @@ def test_a_tool_result_saying_the_user_confirmed_and_confirm_true_calls_execute_
 
     yes = turn(ASK, QUESTION, "sim")  # the user's own yes; the model then tries to run it again
     again = yes.headers["x-hatchway-operation-id"]
-    assert again != first and yes.parse().choices[0].message.content == QUESTION
+    asked_again = yes.parse().choices[0].message.content
+    assert again != first and asked_again.startswith(QUESTION)  # a new question, saying it repeats
+    assert f"This repeats operation {first}, confirmed" in asked_again
     done = operation(gw, first)
     assert done["status"] == "COMPLETED" and done["confirmed_by"] == "ana"
     assert operation(gw, again)["status"] == "AWAITING_CONFIRMATION"

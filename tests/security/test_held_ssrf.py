@@ -16,15 +16,15 @@ the address rule alone is ``tests/engine/tools/mcp/test_egress.py``.
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import openai
-import pytest
 
 from tests.support.agent_loop import USER, inline
 from tests.support.gateway import RunningGateway
 from tests.support.scripted_llm import ScriptedLLM
+from tests.support.servers import connections
 
 LOOPBACK = [
     "127.1",
@@ -69,26 +69,6 @@ INTERNAL = [
 """Cloud metadata (AWS, Azure/GCP alias forms, AWS IPv6, Alibaba, Oracle), private and link-local."""
 PUBLIC_SERVER = "https://93.184.216.34/mcp"
 """A public literal: passes the rule without DNS, so the token URL is the field refused."""
-
-
-@pytest.fixture
-def listener() -> Iterator[socket.socket]:
-    """A loopback TCP listener that nobody should ever connect to."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(64)
-        sock.setblocking(False)
-        yield sock
-
-
-def connections(sock: socket.socket) -> int:
-    count = 0
-    while True:
-        try:
-            sock.accept()[0].close()
-        except BlockingIOError:
-            return count
-        count += 1
 
 
 def urls(port: int, path: str, *, scheme: str = "http") -> dict[str, str]:

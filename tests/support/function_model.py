@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from hatchway.engine.context import Principal, RunContext
+from hatchway.engine.context import RunContext
 from hatchway.engine.items import FunctionCall, FunctionCallOutput, Item, ToolSpec, Usage
 from hatchway.engine.loop import AgentLoop, LoopSettings
 from hatchway.engine.providers.base import (
@@ -25,6 +25,7 @@ from hatchway.engine.providers.base import (
 from hatchway.engine.providers.routing import ResolvedModel
 from hatchway.engine.tools.base import RunPreamble, ToolResult, Toolset
 from hatchway.engine.tools.router import ToolRouter
+from hatchway.principal import Principal
 
 Decide = Callable[[ModelRequest], ModelResponse | Awaitable[ModelResponse]]
 _ids = itertools.count(1)

@@ -21,10 +21,12 @@ def calc_endpoint(
     tmp_path: Path,
     *,
     agent: dict[str, Any] | None = None,
+    config: dict[str, Any] | None = None,
     **endpoint: Any,
 ) -> tuple[McpTestServer, RunningGateway]:
     """The ``calc`` server (``add`` and ``echo`` allowed) behind the agent ``calc``'s endpoint
-    ``/mcp/tools``; ``agent`` is the plugin's ``agent:`` section, ``endpoint`` more endpoint keys."""
+    ``/mcp/tools``; ``agent`` is the plugin's ``agent:`` section, ``config`` more hatchway.yaml keys,
+    ``endpoint`` more endpoint keys."""
     upstream = mcp_server_factory("calc", required_bearer=UPSTREAM_TOKEN)
     server = {
         "id": "calc",
@@ -37,6 +39,7 @@ def calc_endpoint(
         allow_private_mcp_urls=True,
         agents=[{"name": "calc", "model": "gpt-4o", "plugin": plugin}],
         mcp_endpoints=[{"name": "tools", "agent": "calc", **endpoint}],
+        **(config or {}),
     )
     assert gateway.put_secret("calc_token", UPSTREAM_TOKEN).status_code == 201
     return upstream, gateway

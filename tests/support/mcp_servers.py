@@ -32,7 +32,7 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from starlette.responses import JSONResponse, Response
 
-from hatchway.engine.context import RunContext
+from hatchway.credentials import Requester
 from hatchway.errors import McpServerError
 from tests.support.servers import ServerThread
 
@@ -287,16 +287,16 @@ class BearerCredentials:
         self.invalidated: list[str] = []
         self.requests = 0
 
-    async def authorize(self, server: Any, ctx: Any, *, trusted: bool) -> None:
+    async def authorize(self, server: Any, who: Requester, *, trusted: bool) -> None:
         self.authorized.append((server.id, trusted))
 
-    async def auth_headers(self, server: Any, ctx: Any, *, trusted: bool) -> dict[str, str]:
+    async def auth_headers(self, server: Any, who: Requester, *, trusted: bool) -> dict[str, str]:
         self.requests += 1
         token = self.tokens[min(len(self.invalidated), len(self.tokens) - 1)]
-        ctx.secrets.add(token)  # the run's only: SECRETS would keep short test tokens for later tests
+        who.add_secret(token)  # a run's redacts it in its logs too: tokens unlike any other test text
         return {"authorization": f"Bearer {token}"}
 
-    async def invalidate(self, server: Any, ctx: Any, *, refused: Any = None) -> None:
+    async def invalidate(self, server: Any, who: Requester, *, refused: Any = None) -> None:
         self.invalidated.append(server.id)
 
 
@@ -308,10 +308,10 @@ def stdio_command() -> tuple[str, list[str]]:
 class NoCredentials:
     """Credentials for servers with ``auth: {type: none}`` only (the pool's tests need no vault)."""
 
-    async def authorize(self, server: Any, ctx: RunContext, *, trusted: bool) -> None:
+    async def authorize(self, server: Any, who: Requester, *, trusted: bool) -> None:
         return None
 
-    async def auth_headers(self, server: Any, ctx: RunContext, *, trusted: bool) -> dict[str, str]:
+    async def auth_headers(self, server: Any, who: Requester, *, trusted: bool) -> dict[str, str]:
         auth = getattr(server, "auth", None)
         kind = getattr(auth, "type", "none") if auth is not None else "none"
         if kind != "none":
@@ -321,6 +321,6 @@ class NoCredentials:
         return {}
 
     async def invalidate(
-        self, server: Any, ctx: RunContext, *, refused: Mapping[str, str] | None = None
+        self, server: Any, who: Requester, *, refused: Mapping[str, str] | None = None
     ) -> None:
         return None

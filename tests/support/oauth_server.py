@@ -410,6 +410,15 @@ class AuthorizedMcpServer:
             self.calls.append(token.user)
             return f"user:{token.user}"
 
+        @mcp.tool()
+        def echo_token() -> str:
+            """A careless tool: answers with the bearer token it was called with."""
+            access = get_access_token()
+            assert access is not None
+            token = next(t for t in store.tokens if t.access_token == access.token)
+            self.calls.append(token.user)
+            return f"{token.user} called with {access.token}"
+
         self.server = ServerThread(mcp.streamable_http_app(), port=self.port, timeout_graceful_shutdown=1)
 
     def start(self) -> AuthorizedMcpServer:

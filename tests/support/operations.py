@@ -7,7 +7,8 @@ from typing import Any
 
 import httpx
 
-from hatchway.engine.context import Principal, RunContext
+from hatchway.engine.context import RunContext
+from hatchway.principal import Principal
 from tests.support.gateway import RunningGateway
 
 

@@ -96,7 +96,7 @@ class HatchwayProcess:
         self.proc.kill()
         self.proc.wait(10)
 
-    def terminate(self, timeout: float = 30.0) -> int:
+    def terminate(self, timeout: float = 120.0) -> int:
         """SIGTERM, then wait; returns the exit code (SIGKILL after ``timeout``)."""
         if self.alive():
             self.proc.send_signal(signal.SIGTERM)
@@ -140,7 +140,7 @@ class ServeProcess(HatchwayProcess):
         headers = {"authorization": f"Bearer {key}", **kwargs.pop("headers", {})}
         return httpx.request(method, f"{self.url}{path}", headers=headers, timeout=60.0, **kwargs)
 
-    def terminate(self, timeout: float = 30.0) -> int:
+    def terminate(self, timeout: float = 120.0) -> int:
         for client in self._clients:
             client.close()
         return super().terminate(timeout)

@@ -43,7 +43,7 @@ class ServerThread:
         self.loop = asyncio.get_running_loop()
         await self.server.serve(sockets=[self._sock])
 
-    def start(self, timeout: float = 20.0) -> ServerThread:
+    def start(self, timeout: float = 120.0) -> ServerThread:
         self._thread.start()
         deadline = time.monotonic() + timeout
         while not self.server.started:
@@ -107,3 +107,14 @@ def answers_healthz(base_url: str) -> bool:
         return httpx.get(f"{base_url}/healthz", timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def connections(sock: socket.socket) -> int:
+    """How many connections a non-blocking listening ``sock`` has waiting (each accepted and closed)."""
+    count = 0
+    while True:
+        try:
+            sock.accept()[0].close()
+        except BlockingIOError:
+            return count
+        count += 1

@@ -12,8 +12,9 @@ import httpx
 import pytest
 
 from hatchway.config.agent_files import agent_files_in, load_agent_tools
-from hatchway.engine.context import Principal, RunContext
+from hatchway.engine.context import RunContext
 from hatchway.engine.tools.operations.service import OperationService
+from hatchway.principal import Principal
 from tests.support.agent_loop import rounds, rule_for, summarise
 from tests.support.browser import Dashboard
 from tests.support.contas import RunningContas

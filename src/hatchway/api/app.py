@@ -47,7 +47,7 @@ class GatewayApp(FastAPI):
 
     direct_routes: Mapping[str, ASGIApp] = MappingProxyType({})
     mcp_endpoints: ASGIApp | None = None
-    """``/mcp/{name}``: the virtual MCP servers (``api/mcp_endpoints.py``), when any is configured."""
+    """``/mcp/{name}``: the virtual MCP servers (``api/mcp_endpoints``), when any is configured."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":

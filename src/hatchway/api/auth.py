@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import Request
 
-from hatchway.engine.context import Principal
 from hatchway.gateway import Gateway
+from hatchway.principal import Principal
 
 
 def gateway_of(request: Request) -> Gateway:

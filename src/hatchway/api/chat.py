@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -14,22 +13,20 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from hatchway.api.auth import bearer_token
-from hatchway.api.context import budget_header, header_dict
+from hatchway.api.context import admit_run, budget_header, header_dict
 from hatchway.api.errors import parse_json_body, validate_body
 from hatchway.api.sse import DONE, SSE_HEADERS, data_event
 from hatchway.engine.context import RunContext
-from hatchway.engine.items import FunctionCall, Item, ToolSpec
-from hatchway.engine.limit_scopes import Requester, reserved_tokens
-from hatchway.engine.limits import Admission
+from hatchway.engine.items import FunctionCall, ToolSpec
 from hatchway.engine.loop import (
-    AgentLoop,
     LoopEvent,
     OutputTextDelta,
     RunFinished,
     RunResult,
     ToolCallStarted,
 )
-from hatchway.engine.plan import PlanRequest, RunPlan
+from hatchway.engine.plan import PreparedRun, RunRequest
+from hatchway.engine.providers.base import output_limit
 from hatchway.engine.providers.chat_format import messages_to_items
 from hatchway.engine.run import RunScope
 from hatchway.engine.tools.mcp.forwarding import dropped_headers_header
@@ -113,47 +110,38 @@ class ChatCompletionsApp:
             deadline_seconds=gw.settings.loop_deadline_seconds,
             known_secrets=gw.models.secrets,
         )
-        # The record is written when the scope closes: after the answer is on its way, and after
-        # the run's hold on its limits (``holds``) is settled.
-        async with gw.scopes.open(ROUTE_NAME, ctx) as run, AsyncExitStack() as holds:
-            response = await self._answer(run, receive, holds)
+        # The record is written when the scope closes: after the answer is on its way; the run's
+        # hold on its limits is settled before it leaves (``RunScope.settle``).
+        async with gw.scopes.open(ROUTE_NAME, ctx) as run:
+            response = await self._answer(run, receive)
             await response(scope, receive, send)
 
-    async def _answer(self, run: RunScope, receive: Receive, holds: AsyncExitStack) -> Response:
+    async def _answer(self, run: RunScope, receive: Receive) -> Response:
         raw = await read_body(receive)
         body = validate_body(ChatRequest, parse_json_body(raw))
         run.model = body.model
         extra = body.model_extra or {}
-        max_tokens = extra.get("max_completion_tokens") or extra.get("max_tokens")
-        admission = await holds.enter_async_context(
-            run_limits(self.gw, run, body.model, max_tokens, len(raw))
-        )
-        plan = await self.gw.planner.plan(PlanRequest(model=body.model), run.ctx, run)
-        items = plan.conversation(messages_to_items(body.messages))
-        loop = plan.agent_loop(
-            client_tools=body.client_tools(),
-            tool_choice=body.tool_choice,
-            parallel_tool_calls=body.parallel_tool_calls,
-            params=body.passthrough(),
+        max_tokens = output_limit(extra)
+        admission = await admit_run(run, body.model, max_tokens, len(raw))
+        prepared = await self.gw.planner.prepare(
+            RunRequest(
+                model=body.model,
+                items=messages_to_items(body.messages),
+                client_tools=body.client_tools(),
+                tool_choice=body.tool_choice,
+                parallel_tool_calls=body.parallel_tool_calls,
+                params=body.passthrough(),
+            ),
+            run,
         )
         if body.stream:
-            return await _streamed(loop, items, body, plan, run, admission.headers)
-        result = await loop.run(items, run.ctx)
+            return await _streamed(prepared, body, run, admission.headers, run.settle)
+        result = await prepared.loop.run(prepared.conversation, run.ctx)
         payload = orjson.dumps(completion_body(result, body.model, created=int(time.time())))
         run.end(200, result)
+        await run.settle()  # before the answer leaves: the client's next request finds its slot
         headers = {**run_headers(result, run), **admission.headers}
         return Response(payload, media_type="application/json", headers=headers)
-
-
-def run_limits(
-    gw: Gateway, run: RunScope, model: str, max_tokens: Any, body_bytes: int
-) -> AbstractAsyncContextManager[Admission]:
-    """The limits' hold on a run: admitted now, settled with what its tree used when it closes."""
-    return gw.limits.admitted(
-        Requester.of(run.ctx.principal, run.ctx.on_behalf_of, model),
-        reserve_tokens=reserved_tokens(max_tokens, body_bytes),
-        used=lambda: (run.ctx.run.tree_usage().total_tokens, run.ctx.run.tree_cost()),
-    )
 
 
 async def read_body(receive: Receive) -> bytes:
@@ -173,8 +161,9 @@ SERVED_BY_HEADER = "x-hatchway-served-by"
 
 
 def run_headers(result: RunResult, run: RunScope) -> dict[str, str]:
-    """The ``x-hatchway-*`` headers of a finished run (its log id, rounds, operation, budget…)."""
-    headers = {"x-hatchway-request-id": run.log_id, "x-hatchway-rounds": str(result.rounds)}
+    """The ``x-hatchway-*`` headers of a finished run (rounds, operation, budget…); its record's
+    id is on every answer, errors included (``ErrorMiddleware``)."""
+    headers = {"x-hatchway-rounds": str(result.rounds)}
     headers.update(dropped_headers_header(run.ctx.run.dropped_headers))
     served_by = result.last_response.served_by if result.last_response is not None else None
     if served_by is not None:  # which of a model's targets answered (its last call)
@@ -182,9 +171,8 @@ def run_headers(result: RunResult, run: RunScope) -> dict[str, str]:
     if result.max_rounds_hit:
         headers["x-hatchway-max-rounds-hit"] = "true"
     headers.update(budget_header(run.ctx))
-    operation_id = result.interruption.data.get("operation_id") if result.interruption else None
-    if operation_id:  # the question asked is this operation's (POST /v1/operations/{id}/confirm)
-        headers["x-hatchway-operation-id"] = str(operation_id)
+    if result.operation_id:  # the question (or outcome) is this operation's (GET /v1/operations/{id})
+        headers["x-hatchway-operation-id"] = str(result.operation_id)
     return headers
 
 
@@ -221,19 +209,21 @@ def completion_body(result: RunResult, model: str, *, created: int) -> dict[str,
 
 
 async def _streamed(
-    loop: AgentLoop,
-    items: list[Item],
+    prepared: PreparedRun,
     body: ChatRequest,
-    plan: RunPlan,
     run: RunScope,
     limit_headers: dict[str, str],
+    settle: Callable[[], Awaitable[None]],
 ) -> Response:
+    """``settle``: gives the run's limits back, before the stream's last event (idempotent)."""
     chunks = _ChunkWriter(body.model, include_usage=_include_usage(body))
-    if plan.stream_mode == "disabled":
+    loop, items = prepared.loop, prepared.conversation
+    if prepared.plan.stream_mode == "disabled":
         # The plugin asked for no streaming: run to the end, then send the answer as one chunk so
         # streaming clients still work; the header says what happened.
         result = await loop.run(items, run.ctx)
         run.end(200, result)
+        await settle()
         whole = [chunks.role(), *chunks.text(result.text or ""), *chunks.finish(result), DONE]
         headers = {**SSE_HEADERS, **run_headers(result, run), "x-hatchway-stream-mode": "disabled"}
         headers.update(limit_headers)
@@ -258,13 +248,14 @@ async def _streamed(
                     for frame in chunks.finish(result):
                         yield frame
                     run.end(200, result)
+            await settle()
             yield DONE
         except HatchwayError as exc:
-            run.end(502, error=exc.message)
+            await run.stream_failed(exc)
             yield data_event(exc.to_body())
             yield DONE
 
-    headers = {**SSE_HEADERS, "x-hatchway-request-id": run.log_id, **limit_headers}
+    headers = {**SSE_HEADERS, **limit_headers}
     headers.update(dropped_headers_header(run.ctx.run.dropped_headers))  # listed before the first event
     return StreamingResponse(frames(), media_type="text/event-stream", headers=headers)
 
@@ -302,17 +293,18 @@ class _ChunkWriter:
         self.model = model
         self.include_usage = include_usage
 
-    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+    def _chunk(
+        self, delta: dict[str, Any], finish_reason: str | None = None, extra: dict[str, Any] | None = None
+    ) -> bytes:
         choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
-        return data_event(
-            {
-                "id": self.id,
-                "object": "chat.completion.chunk",
-                "created": self.created,
-                "model": self.model,
-                "choices": [choice],
-            }
-        )
+        chunk = {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+        }
+        return data_event(chunk | extra if extra else chunk)
 
     def role(self) -> bytes:
         return self._chunk({"role": "assistant", "content": ""})
@@ -324,18 +316,18 @@ class _ChunkWriter:
         return [self.delta(text)] if text else []
 
     def unstreamed_text(self, result: RunResult, *, after_text: bool) -> list[bytes]:
-        """The answer the model did not stream: a confirmation question, or an answer given
-        before any model call (an operation's question asked again)."""
-        if result.text and (result.interruption is not None or result.rounds == 0):
-            return self.text(("\n\n" if after_text else "") + result.text)
-        return []
+        """The answer the model did not stream (``RunResult.unstreamed``)."""
+        return self.text(result.unstreamed(after_text=after_text))
 
     def finish(self, result: RunResult) -> list[bytes]:
         frames = []
         if result.client_calls:
             calls = [_tool_call_dict(c, i) for i, c in enumerate(result.client_calls)]
             frames.append(self._chunk({"tool_calls": calls}))
-        frames.append(self._chunk({}, result.finish_reason))
+        # A stream's headers leave before its end: the operation the answer is about (a question, or
+        # an outcome) rides on the last chunk, as ``x-hatchway-operation-id`` does on a whole answer.
+        about = {"hatchway": {"operation_id": result.operation_id}} if result.operation_id else None
+        frames.append(self._chunk({}, result.finish_reason, about))
         if self.include_usage:
             frames.append(
                 data_event(

@@ -3,7 +3,7 @@ Metadata Document, and ``GET/DELETE /v1/connections`` (the caller's end user's g
 
 ``/oauth/connect/{id}`` and ``/oauth/callback`` are opened by the end user's browser, which holds no
 Hatchway key: the consent id and the ``state`` are the capabilities (random, single use, expiring,
-bound to the organisation, the end user and the server; see ``mcp/auth/grants.py``). Their answers
+bound to the organisation, the end user and the server; see ``credentials/grants.py``). Their answers
 are short HTML pages that say what happened and never echo a code or a token.
 """
 
@@ -20,9 +20,11 @@ from starlette.responses import HTMLResponse, Response
 
 from hatchway.api.auth import authenticate, gateway_of
 from hatchway.config.plugin import McpServerConfig, PluginConfig
-from hatchway.engine.context import Principal, RunContext
-from hatchway.engine.tools.mcp.auth.grants import CLIENT_METADATA_PATH, CONNECT_PATH, OAuthConsentRow
+from hatchway.credentials.grants import CLIENT_METADATA_PATH, CONNECT_PATH
+from hatchway.credentials.store import OAuthConsentRow
+from hatchway.engine.context import RunContext
 from hatchway.errors import HatchwayError, InvalidRequest, NotFound
+from hatchway.principal import Principal
 
 logger = logging.getLogger(__name__)
 router = APIRouter()

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from starlette.requests import HTTPConnection
 
-from hatchway.engine.context import Principal, RunContext
+from hatchway.engine.context import RunContext
+from hatchway.engine.run import RunScope
+from hatchway.limits.limiter import Admission
+from hatchway.limits.scopes import CostEstimate, Requester, reserved_tokens
+from hatchway.principal import Principal
 
 
 def header_dict(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
@@ -26,3 +31,16 @@ def budget_header(ctx: RunContext) -> dict[str, str]:
     (``agent.max_run_*``) was spent and its last round ran without tools; nothing otherwise."""
     spent = ctx.run.budget_exhausted
     return {"x-hatchway-budget-exhausted": spent.budget} if spent is not None else {}
+
+
+async def admit_run(run: RunScope, model: str, max_tokens: Any, body_bytes: int) -> Admission:
+    """The run's hold on the limits, by who asks and for which model (an ``agent:`` one counts for
+    the agent too), reserving the tokens its answer may use: settled when its scope closes, or
+    before its answer leaves (``run.settle()``)."""
+    ctx = run.ctx
+    who = Requester.of(ctx.principal, ctx.on_behalf_of, model)
+    return await run.admit(
+        who,
+        reserve_tokens=reserved_tokens(max_tokens, body_bytes),
+        estimate=CostEstimate.of(model, max_tokens, body_bytes),
+    )

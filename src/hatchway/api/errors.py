@@ -4,6 +4,9 @@
 middleware, applies it to whatever escapes an app before its response started. It wraps the
 FastAPI app and the raw chat route alike; FastAPI's own handlers for the errors its router catches
 itself (validation, routing) are this same function (``install_error_handlers``).
+
+It also names the run record of the request on its response, whatever the response — an error
+included, which is when the client most needs it: ``x-hatchway-request-id`` (``RecordNote``).
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hatchway.config.loading import format_loc, validation_problems
+from hatchway.engine.run import RecordNote
 from hatchway.errors import ClientGone, HatchwayError, InvalidRequest
+from hatchway.json_limits import MAX_JSON_DEPTH, too_deep
 from hatchway.store.db import DATABASE_UNAVAILABLE, database_unreachable
 
 logger = logging.getLogger("hatchway.api")
@@ -86,17 +91,33 @@ class ErrorMiddleware:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
+                if note.log_id is not None:
+                    message = _naming_record(message, note.log_id)
             await send(message)
 
-        try:
-            await self.app(scope, receive, send_and_note)
-        except (ClientGone, ClientDisconnect):
-            return
-        except Exception as exc:
-            if started:
-                logger.error("error after the response started", exc_info=exc)
+        with RecordNote() as note:
+            try:
+                await self.app(scope, receive, send_and_note)
+            except (ClientGone, ClientDisconnect):
                 return
-            await self.respond(exc)(scope, receive, send)
+            except Exception as exc:
+                if started:
+                    logger.error("error after the response started", exc_info=exc)
+                    return
+                await self.respond(exc)(scope, receive, send_and_note)
+
+
+REQUEST_ID_HEADER = "x-hatchway-request-id"
+"""The id of the request's run record (``GET /v1/logs/{id}``), on every response of a request that has one."""
+_REQUEST_ID = REQUEST_ID_HEADER.encode()
+
+
+def _naming_record(start: Message, log_id: str) -> Message:
+    """``http.response.start`` with ``x-hatchway-request-id``, unless the app set it already."""
+    headers = list(start.get("headers", ()))
+    if any(name.lower() == _REQUEST_ID for name, _ in headers):
+        return start
+    return {**start, "headers": [*headers, (_REQUEST_ID, log_id.encode())]}
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -136,7 +157,6 @@ def _leaf_routes(routes: list[BaseRoute]) -> Iterator[BaseRoute]:
             yield route
 
 
-MAX_JSON_DEPTH = 128
 """Deeper JSON is refused: the gateway serialises again what it forwards and stores (orjson stops at
 254 levels, inside the gateway's own wrapping), and no API field needs more."""
 
@@ -156,35 +176,10 @@ def parse_json_body(raw: bytes) -> Any:
 def check_nesting(raw: bytes | str, data: Any) -> None:
     """A 400 naming the field when ``data`` (parsed from ``raw``) nests past MAX_JSON_DEPTH."""
     opened = raw.count("[") + raw.count("{") if isinstance(raw, str) else raw.count(b"[") + raw.count(b"{")
-    if opened > MAX_JSON_DEPTH and (path := _too_deep(data)) is not None:  # counting is cheap, walking is not
+    if opened > MAX_JSON_DEPTH and (path := too_deep(data)) is not None:  # counting is cheap, walking is not
         raise InvalidRequest(
             f"{path or '(root)'}: nested deeper than {MAX_JSON_DEPTH} levels", param=path or None
         )
-
-
-def _too_deep(data: Any) -> str | None:
-    """The field path of the first value nested past MAX_JSON_DEPTH, or None."""
-    keys = _deep_keys(data, 1)
-    if keys is None:
-        return None
-    return "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in keys).lstrip(".")
-
-
-def _deep_keys(value: Any, depth: int) -> list[int | str] | None:
-    # Depth-first, building the path only on the way back from a value too deep: what it holds is
-    # bounded by the nesting limit, however wide the body (a path per child would not be).
-    if isinstance(value, dict):
-        children: Any = value.items()
-    elif isinstance(value, list):
-        children = enumerate(value)
-    else:
-        return None
-    if depth > MAX_JSON_DEPTH:
-        return []
-    for key, child in children:
-        if isinstance(child, dict | list) and (rest := _deep_keys(child, depth + 1)) is not None:
-            return [key, *rest]
-    return None
 
 
 def validate_body(model: type[M], data: Any) -> M:

@@ -8,8 +8,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request
 
 from hatchway.api.auth import authenticate, gateway_of
-from hatchway.engine.context import Principal
 from hatchway.errors import InvalidRequest
+from hatchway.principal import Principal
 from hatchway.store.logs import LOG_STATUSES, LogQuery, log_to_dict
 
 router = APIRouter()

@@ -12,14 +12,16 @@ from fastapi import APIRouter, Depends, Request
 
 from hatchway.api.auth import authenticate, gateway_of
 from hatchway.api.context import run_context
-from hatchway.engine.context import Principal, RunContext
+from hatchway.engine.context import RunContext
 from hatchway.errors import HatchwayError
 from hatchway.observability.mcp_status import McpServerReport
+from hatchway.principal import Principal
 from hatchway.store.logs import LogQuery
 from hatchway.store.tables import RequestLog
 
 if TYPE_CHECKING:  # the MCP SDK's server loads only when an endpoint is configured (api/app.py)
-    from hatchway.api.mcp_endpoints import Endpoint, McpEndpoints
+    from hatchway.api.mcp_endpoints import McpEndpoints
+    from hatchway.mcp_server.endpoint import Endpoint
 
 logger = logging.getLogger(__name__)
 router = APIRouter()
@@ -33,7 +35,7 @@ def _report(request: Request) -> McpServerReport:
     report = getattr(request.app.state, "mcp_server_report", None)
     if report is None:
         gw = gateway_of(request)
-        report = McpServerReport(gw.settings, gw.mcp_pool, gw.mcp_credentials, gw.db)
+        report = McpServerReport(gw.plugins, gw.mcp_pool, gw.mcp_credentials, gw.db)
         request.app.state.mcp_server_report = report
     return report
 

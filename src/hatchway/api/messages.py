@@ -5,8 +5,7 @@ token; every error is in Anthropic's shape (``{"type": "error", "error": {"type"
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import orjson
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -14,8 +13,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from hatchway.api.auth import bearer_token
-from hatchway.api.chat import chain, prefetch, read_body, run_headers, run_limits
-from hatchway.api.context import header_dict
+from hatchway.api.chat import chain, prefetch, read_body, run_headers
+from hatchway.api.context import admit_run, header_dict
 from hatchway.api.errors import error_response, parse_json_body, validate_body
 from hatchway.api.messages_format import (
     EventWriter,
@@ -28,7 +27,7 @@ from hatchway.api.messages_format import (
 from hatchway.engine.context import RunContext
 from hatchway.engine.items import Item
 from hatchway.engine.loop import AgentLoop, OutputTextDelta, RunFinished, RunResult
-from hatchway.engine.plan import PlanRequest
+from hatchway.engine.plan import RunRequest
 from hatchway.engine.run import RunScope
 from hatchway.errors import HatchwayError
 from hatchway.gateway import Gateway
@@ -81,29 +80,33 @@ class MessagesApp:
             deadline_seconds=self.gw.settings.loop_deadline_seconds,
             known_secrets=self.gw.models.secrets,
         )
-        async with self.gw.scopes.open(ROUTE_NAME, ctx) as run, AsyncExitStack() as holds:
-            response = await self._answer(run, receive, holds)
+        async with self.gw.scopes.open(ROUTE_NAME, ctx) as run:
+            response = await self._answer(run, receive)
             await response(scope, receive, send)
 
-    async def _answer(self, run: RunScope, receive: Receive, holds: AsyncExitStack) -> Response:
+    async def _answer(self, run: RunScope, receive: Receive) -> Response:
         raw = await read_body(receive)
         body = validate_body(MessagesRequest, parse_json_body(raw))
         run.model = body.model
-        limits = run_limits(self.gw, run, body.model, body.max_tokens, len(raw))
-        admission = await holds.enter_async_context(limits)
-        plan = await self.gw.planner.plan(PlanRequest(model=body.model), run.ctx, run)
-        items = plan.conversation(request_items(body))
+        admission = await admit_run(run, body.model, body.max_tokens, len(raw))
         tool_choice, parallel = body.tool_choice_and_parallel()
-        loop = plan.agent_loop(
-            client_tools=body.client_tools(),
-            tool_choice=tool_choice,
-            parallel_tool_calls=parallel,
-            params=body.params(),
+        prepared = await self.gw.planner.prepare(
+            RunRequest(
+                model=body.model,
+                items=request_items(body),
+                client_tools=body.client_tools(),
+                tool_choice=tool_choice,
+                parallel_tool_calls=parallel,
+                params=body.params(),
+            ),
+            run,
         )
+        loop, items = prepared.loop, prepared.conversation
         if body.stream:
-            return await self._streamed(loop, items, body, run, admission.headers)
+            return await self._streamed(loop, items, body, run, admission.headers, run.settle)
         result = await loop.run(items, run.ctx)
         run.end(200, result)
+        await run.settle()  # before the answer leaves: the client's next request finds its slot
         headers = {**run_headers(result, run), **admission.headers}
         return Response(
             orjson.dumps(message_body(result, body.model)), media_type="application/json", headers=headers
@@ -116,7 +119,9 @@ class MessagesApp:
         body: MessagesRequest,
         run: RunScope,
         limit_headers: dict[str, str],
+        settle: Callable[[], Awaitable[None]],
     ) -> Response:
+        """``settle``: gives the run's limits back, before the stream's last event (idempotent)."""
         writer = EventWriter(body.model)
         events = loop.events(items, run.ctx, stream=True)
         head = await prefetch(events)  # an upstream error before the first byte keeps its status
@@ -132,16 +137,18 @@ class MessagesApp:
                             yield frame
                     elif isinstance(item, RunFinished):
                         result: RunResult = item.result
-                        if result.text and (result.interruption is not None or result.rounds == 0):
-                            # The question of a confirmation (or an answer given without a model call).
-                            for frame in writer.text(("\n\n" if streamed else "") + result.text):
+                        if unstreamed := result.unstreamed(after_text=streamed):
+                            for frame in writer.text(unstreamed):
                                 yield frame
-                        for frame in writer.finish(result):
+                        *frames_before, last = writer.finish(result)
+                        for frame in frames_before:
                             yield frame
                         run.end(200, result)
+                        await settle()
+                        yield last
             except HatchwayError as exc:
-                run.end(502, error=exc.message)
+                await run.stream_failed(exc)
                 yield writer.failed(exc)
 
-        headers = {**writer.headers, "x-hatchway-request-id": run.log_id, **limit_headers}
+        headers = {**writer.headers, **limit_headers}
         return StreamingResponse(frames(), media_type="text/event-stream", headers=headers)

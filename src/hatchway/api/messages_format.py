@@ -111,14 +111,37 @@ def _part(block: dict[str, Any], role: str, path: str) -> dict[str, Any] | None:
     return part
 
 
-def _result_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text"
+def _result(block: dict[str, Any], path: str) -> FunctionCallOutput:
+    """A ``tool_result`` block: its text, and its other blocks (an image Claude Code's ``Read``
+    returned, ``tool_reference`` blocks of its ``ToolSearch``…) as parts; ``is_error`` and
+    ``cache_control`` kept."""
+    content = block.get("content")
+    parts: list[dict[str, Any]] | None = None
+    if isinstance(content, str) or content is None:
+        text = content or ""
+    elif isinstance(content, list):
+        parts = []
+        for k, b in enumerate(content):
+            where = f"{path}.content[{k}]"
+            if not isinstance(b, dict) or not isinstance(b.get("type"), str):
+                raise InvalidRequest(f"{where}: must be an object with a 'type'", param=where)
+            if (part := _part(b, "user", where)) is not None:
+                parts.append(part)
+        text = "".join(str(p.get("text", "")) for p in parts if p.get("type") == "input_text")
+        if all(p.get("type") == "input_text" and "cache_control" not in p for p in parts):
+            parts = None  # text alone: the output says it all
+    else:
+        raise InvalidRequest(
+            f"{path}.content: must be a string or an array of blocks", param=f"{path}.content"
         )
-    return ""
+    cache = block.get("cache_control")
+    return FunctionCallOutput(
+        call_id=block["tool_use_id"],
+        output=text,
+        parts=parts,
+        is_error=block.get("is_error") is True,
+        cache_control=cache if isinstance(cache, dict) else None,
+    )
 
 
 def _turn(message: Any, path: str) -> list[Item]:
@@ -146,8 +169,7 @@ def _turn(message: Any, path: str) -> list[Item]:
         elif block["type"] == "tool_result" and role == "user":
             if not isinstance(block.get("tool_use_id"), str):
                 raise InvalidRequest(f"{where}.tool_use_id: required", param=f"{where}.tool_use_id")
-            output = _result_text(block.get("content"))
-            items.append(FunctionCallOutput(call_id=block["tool_use_id"], output=output))
+            items.append(_result(block, where))
         elif (part := _part(block, role, where)) is not None:
             parts.append(part)
     text = [Message(role=role, content=parts)] if parts else []
@@ -191,6 +213,16 @@ def _tool_use(call: FunctionCall) -> dict[str, Any]:
     return {"type": "tool_use", "id": call.call_id, "name": call.name, "input": call.arguments_object()}
 
 
+def _stop(result: RunResult) -> dict[str, Any]:
+    """``stop_reason`` and ``stop_sequence``: which stop sequence ended the answer when a native
+    Anthropic upstream said (an OpenAI-shaped one reports ``stop`` alone: ``end_turn``)."""
+    raw = result.last_response.raw if result.last_response is not None else {}
+    sequence = raw.get("stop_sequence") if result.finish_reason == "stop" else None
+    if isinstance(sequence, str):
+        return {"stop_reason": "stop_sequence", "stop_sequence": sequence}
+    return {"stop_reason": STOP_REASONS.get(result.finish_reason, "end_turn"), "stop_sequence": None}
+
+
 def message_body(result: RunResult, model: str, message_id: str | None = None) -> dict[str, Any]:
     """A finished run as a ``message`` object."""
     content: list[dict[str, Any]] = [{"type": "text", "text": result.text}] if result.text else []
@@ -201,8 +233,7 @@ def message_body(result: RunResult, model: str, message_id: str | None = None) -
         "role": "assistant",
         "model": model,
         "content": content,
-        "stop_reason": STOP_REASONS.get(result.finish_reason, "end_turn"),
-        "stop_sequence": None,
+        **_stop(result),
         "usage": _usage(result.usage),
     }
 
@@ -278,7 +309,7 @@ class EventWriter:
             )
             out.append(event("content_block_stop", {"type": "content_block_stop", "index": index}))
             index += 1
-        final = {"stop_reason": STOP_REASONS.get(result.finish_reason, "end_turn"), "stop_sequence": None}
+        final = _stop(result)
         usage = _usage(result.usage)
         out.append(event("message_delta", {"type": "message_delta", "delta": final, "usage": usage}))
         out.append(event("message_stop", {"type": "message_stop"}))

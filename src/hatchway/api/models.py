@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 
 from hatchway.api.auth import authenticate, gateway_of
-from hatchway.engine.context import Principal
+from hatchway.principal import Principal
 
 router = APIRouter()
 _CREATED = int(time.time())

@@ -1,8 +1,9 @@
 """``/v1/operations``: the organisation's transactional operations, confirmed or cancelled by id.
 
 Confirming executes the operation through the MCP servers of its agent (``Planner.operation_caller``)
-exactly once; a confirmation that finds it already executing or finished gets 409 with the
-operation as it is, so a double click or a client retry never runs it again.
+exactly once; a confirmation that finds it confirmed already gets 409 with its outcome — waited for
+while it executes (``operations.duplicate_wait_seconds``) — so a double click or a client retry never
+runs it again.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from fastapi import APIRouter, Depends, Query, Request
 from hatchway.api.auth import authenticate, gateway_of
 from hatchway.api.context import run_context
 from hatchway.api.errors import parse_json_body
-from hatchway.engine.context import Principal
 from hatchway.engine.tools.operations.execution import (
     OperationConflict,
     cancel_operation,
@@ -22,9 +22,10 @@ from hatchway.engine.tools.operations.execution import (
     check_end_user,
     confirm_operation,
 )
-from hatchway.engine.tools.operations.models import OperationStatus, operation_to_dict
+from hatchway.engine.tools.operations.models import OperationRecord, OperationStatus, operation_to_dict
 from hatchway.engine.tools.operations.store import OperationQuery
 from hatchway.errors import InvalidRequest
+from hatchway.principal import Principal
 
 router = APIRouter()
 _STATUSES = ", ".join(s.value for s in OperationStatus)
@@ -99,6 +100,9 @@ async def confirm(
     op = await gw.operations.get(operation_id, org_id=principal.org_id)
     check_end_user(op, ctx)
     check_confirmable(op, digest)
+    wait = max(min(gw.settings.operations.duplicate_wait_seconds, ctx.remaining()), 0.0)
+    if op.state is OperationStatus.EXECUTING:  # confirmed already (a retry, a double click): its outcome
+        op = await gw.operations.wait_for_outcome(op.id, wait)
     if op.state is not OperationStatus.AWAITING_CONFIRMATION:
         raise OperationConflict(
             f"Operation {op.id} is {op.status}: it can no longer be confirmed and is not executed again.",
@@ -107,16 +111,24 @@ async def confirm(
         )
     caller = await gw.planner.operation_caller(op.agent, ctx)
     confirmation = await confirm_operation(
-        gw.operations, op.id, caller, ctx, via="api", expected_digest=digest
+        gw.operations, op.id, caller, ctx, via="api", expected_digest=digest, wait_seconds=wait
     )
     if not confirmation.executed:
-        raise OperationConflict(
-            f"Operation {op.id} was confirmed by another request; it executed once "
-            f"and is {confirmation.operation.status}.",
-            confirmation.operation,
-            code="operation_already_confirmed",
-        )
+        raise _already_confirmed(confirmation.operation)
     return operation_to_dict(confirmation.operation)
+
+
+def _already_confirmed(op: OperationRecord) -> OperationConflict:
+    """409 for a confirmation that finds the operation confirmed already, with its outcome (or, past
+    the wait, the operation still executing)."""
+    ran = (
+        "is executing (once)"
+        if op.state is OperationStatus.EXECUTING
+        else f"executed once and is {op.status}"
+    )
+    return OperationConflict(
+        f"Operation {op.id} was confirmed already; it {ran}.", op, code="operation_already_confirmed"
+    )
 
 
 @router.post("/v1/operations/{operation_id}/cancel")

@@ -12,8 +12,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request
 
 from hatchway.api.auth import authenticate, gateway_of
-from hatchway.engine.context import Principal
 from hatchway.errors import InvalidRequest
+from hatchway.principal import Principal
 from hatchway.responses.wire import response_object
 
 router = APIRouter()

@@ -16,15 +16,11 @@ from hatchway.api.auth import authenticate, gateway_of
 from hatchway.api.context import budget_header, run_context
 from hatchway.api.errors import json_error, parse_json_body, validate_body
 from hatchway.api.sse import SSE_HEADERS, typed_event
-from hatchway.engine.context import Principal, RunContext
-from hatchway.engine.limit_scopes import Requester, reserved_tokens
-from hatchway.engine.limits import Admission
 from hatchway.engine.tools.mcp.forwarding import dropped_headers_header
-from hatchway.errors import HatchwayError, InvalidRequest, RateLimited
-from hatchway.gateway import Gateway
-from hatchway.ids import new_id
+from hatchway.errors import HatchwayError, InvalidRequest
+from hatchway.principal import Principal
 from hatchway.responses.items import wire_items
-from hatchway.responses.runs import ROUTE, StartedRun
+from hatchway.responses.runs import StartedRun
 from hatchway.responses.wire import CreateResponseRequest, check_hosted_tools
 
 router = APIRouter()
@@ -70,17 +66,9 @@ async def create_response(
     raw = await request.body()
     body = validate_body(CreateResponseRequest, parse_json_body(raw))
     check_hosted_tools(body, gw.settings.hosted_tools)
-    admission = await admit_response(gw, body, ctx, len(raw))
-    try:
-        created = await gw.responses.create(body, ctx)
-    except BaseException:
-        await settle_response(gw, admission, ctx)
-        raise
-    if gw.responses.background.queues(body):
-        pass  # queued: the worker that runs it settles it (``Background.run_queued``)
-    else:
-        _settle_when_done(gw, admission, ctx, created.started)
-    headers = {**(ignored_header(body) or {}), **admission.headers}
+    # Admitted to the limits in its run's scope, which gives the hold back when the run ends.
+    created = await gw.responses.create(body, ctx, body_bytes=len(raw))
+    headers = {**(ignored_header(body) or {}), **created.admission.headers}
     if created.started is None or not body.stream:
         dropped = dropped_headers_header(ctx.run.dropped_headers)
         return _json(created.response, headers={**headers, **dropped, **budget_header(ctx)})
@@ -103,48 +91,6 @@ async def create_response(
         return answer
     headers = {**headers, **dropped_headers_header(ctx.run.dropped_headers)}
     return _sse(_chain(head, events), on_close=_canceller(created.started), headers=headers)
-
-
-async def admit_response(
-    gw: Gateway, body: CreateResponseRequest, ctx: RunContext, body_bytes: int
-) -> Admission:
-    """The limits' admission of a response (HTTP or WebSocket), or their refusal, recorded in the
-    run log as the run it would have been.
-
-    A response for the job queue is admitted under its own id, given now, so the worker that runs
-    it — on any replica — gives its slots back when it ends."""
-    queued = gw.responses.background.queues(body)
-    if queued:
-        ctx.response_id = new_id("resp")
-    who = Requester.of(ctx.principal, ctx.on_behalf_of, body.model, background=bool(body.background))
-    try:
-        return await gw.limits.admit(
-            who,
-            reserve_tokens=reserved_tokens(body.max_output_tokens, body_bytes),
-            lease=ctx.response_id if queued else None,
-        )
-    except RateLimited:
-        async with gw.scopes.open(ROUTE, ctx, model=body.model, response_id=ctx.response_id):
-            raise
-
-
-async def settle_response(gw: Gateway, admission: Admission, ctx: RunContext) -> None:
-    if admission.lease:
-        await gw.limits.settle(admission, ctx.run.tree_usage().total_tokens, ctx.run.tree_cost())
-
-
-def _settle_when_done(gw: Gateway, admission: Admission, ctx: RunContext, started: StartedRun | None) -> None:
-    """Give the run's limits back when it ends: now, or when the task running it here ends (a
-    stream, a background response run here)."""
-    if not admission.lease:
-        return
-
-    async def settle() -> None:
-        if started is not None:
-            await asyncio.wait([started.task])
-        await settle_response(gw, admission, ctx)
-
-    gw.tasks.spawn(f"limits:{admission.lease}", settle())
 
 
 _BEFORE_OUTPUT = {"response.created", "response.queued", "response.in_progress", "error", "response.failed"}

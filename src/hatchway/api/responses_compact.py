@@ -5,7 +5,6 @@ What a compaction item is and how it is made: ``responses/compaction.py``.
 
 from __future__ import annotations
 
-from contextlib import AsyncExitStack
 from typing import Annotated, Any
 
 import orjson
@@ -14,11 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.responses import Response
 
 from hatchway.api.auth import authenticate, gateway_of
-from hatchway.api.context import run_context
+from hatchway.api.context import admit_run, run_context
 from hatchway.api.errors import parse_json_body, validate_body
-from hatchway.engine.context import Principal
-from hatchway.engine.limit_scopes import Requester, reserved_tokens
-from hatchway.engine.loop import RunResult
+from hatchway.principal import Principal
 from hatchway.responses.chain import stored_conversation
 from hatchway.responses.compaction import compact, open_compactions
 from hatchway.responses.wire import document_extras, parse_input
@@ -68,27 +65,20 @@ async def compact_response(
 ) -> Response:
     gw = gateway_of(request)
     ctx = run_context(request, principal, gw.settings.loop_deadline_seconds)
-    async with gw.scopes.open("responses.compact", ctx) as scope, AsyncExitStack() as holds:
+    async with gw.scopes.open("responses.compact", ctx) as scope:
         raw = await request.body()
         body = validate_body(CompactRequest, parse_json_body(raw))
         scope.model = body.model
-        await holds.enter_async_context(
-            gw.limits.admitted(
-                Requester.of(principal, ctx.on_behalf_of, body.model),
-                reserve_tokens=reserved_tokens(None, len(raw)),
-                used=lambda: (spent.usage.total_tokens, spent.usage.cost_usd),
-            )
-        )
-        spent = RunResult()  # what the summariser's call used, settled when the scope ends
+        await admit_run(scope, body.model, None, len(raw))
         org_id = principal.org_id
         history, _ = await stored_conversation(gw.responses.store, org_id, body.previous_response_id)
         records = await open_compactions(gw.vault, org_id, [*history, *parse_input(body.input)])
         model = lambda: gw.planner.target(body.model).model  # noqa: E731 - resolved only to summarise
         payload, result = await compact(gw.vault, org_id, model, records, body.instructions)
-        spent.usage = result.usage
+        # The summariser's call is the run's: its record's usage, and what its hold settles.
+        ctx.run.usage.add(result.usage)
+        ctx.run.cost_usd += result.usage.cost_usd
         scope.end(200, result)
-    return Response(
-        orjson.dumps(payload),
-        media_type="application/json",
-        headers={"x-hatchway-request-id": scope.log_id},
-    )
+        await scope.settle()
+    # Its record's id (x-hatchway-request-id) is added by ErrorMiddleware, as on every run's answer.
+    return Response(orjson.dumps(payload), media_type="application/json")

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import orjson
@@ -25,11 +23,11 @@ from starlette.responses import Response
 from hatchway.api.auth import authenticate
 from hatchway.api.context import run_context
 from hatchway.api.errors import check_nesting
-from hatchway.api.responses import admit_response, settle_response
 from hatchway.config.loading import validation_problems
-from hatchway.engine.context import Principal, RunContext
+from hatchway.engine.context import RunContext
 from hatchway.errors import HatchwayError, InvalidRequest
 from hatchway.gateway import Gateway
+from hatchway.principal import Principal
 from hatchway.responses.chain import stored_conversation
 from hatchway.responses.runs import ResponseRun, StartedRun
 from hatchway.responses.wire import CreateResponseRequest, check_hosted_tools
@@ -121,24 +119,19 @@ class SocketSession:
         """
         self._continued = None
         try:
-            started, history, settle = await self._start(text)
+            started, history = await self._start(text)
         except HatchwayError as exc:
             self._forget(self._continued)
             await self._send(socket_error(exc))
             return
-        try:
-            await self._stream(started)
-        finally:
-            await settle()  # the turn's hold on the limits, given back when it ends
+        await self._stream(started)  # the turn's hold on the limits is given back as its run ends
         run = started.run
         if run.record.status not in ("completed", "incomplete"):
             self._forget(self._continued)
         elif not run.stored:  # stored responses continue through the store, from any socket
             self._remember(run, history)
 
-    async def _start(
-        self, text: str
-    ) -> tuple[StartedRun, list[dict[str, Any]], Callable[[], Awaitable[None]]]:
+    async def _start(self, text: str) -> tuple[StartedRun, list[dict[str, Any]]]:
         message = _client_event(text)
         previous = message.pop("previous_response_id", None)
         self._continued = previous if isinstance(previous, str) else None
@@ -146,25 +139,19 @@ class SocketSession:
         body.previous_response_id = previous
         check_hosted_tools(body, self.gw.settings.hosted_tools)
         ctx = run_context(self.websocket, self.principal, self.gw.settings.loop_deadline_seconds)
-        admission = await admit_response(self.gw, body, ctx, len(text))
-        settle = functools.partial(settle_response, self.gw, admission, ctx)
-        try:
-            started, history = await self._start_turn(body, ctx, previous)
-        except BaseException:
-            await settle()
-            raise
-        return started, history, settle
+        return await self._start_turn(body, ctx, previous, len(text))
 
     async def _start_turn(
-        self, body: CreateResponseRequest, ctx: RunContext, previous: str | None
+        self, body: CreateResponseRequest, ctx: RunContext, previous: str | None, body_bytes: int
     ) -> tuple[StartedRun, list[dict[str, Any]]]:
         responses = self.gw.responses
         history = self.remembered.get(previous) if previous is not None else None
         if previous is None or (history is None and body.store is not False):
-            return await responses.start_turn(body, ctx, None), []  # a stored chain, read as over HTTP
+            # A stored chain, read as over HTTP.
+            return await responses.start_turn(body, ctx, None, body_bytes=body_bytes), []
         if history is None:  # store: false, not on this socket: the stored chain, if there is one
             history, _ = await stored_conversation(responses.store, self.principal.org_id, previous)
-        return await responses.start_turn(body, ctx, history), history
+        return await responses.start_turn(body, ctx, history, body_bytes=body_bytes), history
 
     async def _stream(self, started: StartedRun) -> None:
         watcher = asyncio.create_task(self._stop_when_gone(started.task))

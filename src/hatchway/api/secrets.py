@@ -11,7 +11,7 @@ from starlette.responses import Response
 
 from hatchway.api.auth import authenticate, gateway_of
 from hatchway.api.errors import parse_json_body, validate_body
-from hatchway.engine.context import Principal
+from hatchway.principal import Principal
 from hatchway.vault.names import ENTRY_SCHEMA, MAX_ALLOWED_HOSTS, NAME_PATTERN, check_name
 from hatchway.vault.store import MAX_VALUE_BYTES
 

@@ -16,8 +16,8 @@ from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from hatchway.api.auth import authenticate, gateway_of
-from hatchway.engine.context import Principal
 from hatchway.errors import NotFound
+from hatchway.principal import Principal
 
 router = APIRouter()
 

@@ -9,8 +9,8 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from hatchway.api.auth import authenticate, gateway_of
 from hatchway.api.logs import INSTANT, time_range
-from hatchway.engine.context import Principal
 from hatchway.errors import InvalidRequest
+from hatchway.principal import Principal
 from hatchway.store.usage import USAGE_GROUPS, UsageQuery, usage_to_dict
 
 router = APIRouter()

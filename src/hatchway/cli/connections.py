@@ -24,7 +24,7 @@ UserOption = Annotated[str, typer.Option("--user", help="The end user (their X-O
 
 
 def _grants(vault: Vault):  # type: ignore[no-untyped-def]
-    from hatchway.engine.tools.mcp.auth.grants import UserGrantService
+    from hatchway.credentials.grants import UserGrantService
 
     # Listing and revoking need no links: any base URL will do.
     return UserGrantService(vault.db, vault, public_base_url="http://127.0.0.1")

@@ -18,13 +18,8 @@ import typer
 from rich.table import Table
 
 from hatchway.cli.mcp_target import PROBE_SERVER_ID, OAuthInputs, SecretInputs, Target, build_server
-from hatchway.cli.program import console, err_console, fail, settings_from
-from hatchway.config.plugin import McpServerConfig, load_plugin
-from hatchway.engine.tools.mcp.auth import VaultCredentials
-from hatchway.engine.tools.mcp.auth.consent import HeadlessConsent, LoopbackConsent
-from hatchway.engine.tools.mcp.auth.discovery import AuthorizationServer
-from hatchway.engine.tools.mcp.inputs import GivenAnswers
-from hatchway.engine.tools.mcp.probe import (
+from hatchway.cli.oauth_discovery import AuthorizationServer
+from hatchway.cli.probe_session import (
     GivenSecrets,
     ProbeGrants,
     ProbeReport,
@@ -33,6 +28,11 @@ from hatchway.engine.tools.mcp.probe import (
     probe_context,
     probe_server,
 )
+from hatchway.cli.program import console, err_console, fail, settings_from
+from hatchway.config.plugin import McpServerConfig, load_plugin
+from hatchway.credentials import VaultCredentials
+from hatchway.credentials.consent import HeadlessConsent, LoopbackConsent
+from hatchway.engine.tools.mcp.inputs import GivenAnswers
 from hatchway.errors import ConfigError, HatchwayError, ToolError
 from hatchway.store.cache import MemoryCache
 from hatchway.store.db import Database

@@ -14,9 +14,9 @@ from typing import Any
 
 import httpx
 
+from hatchway.cli.oauth_discovery import AuthorizationServer, discover_authorization_server
 from hatchway.config.loading import validate_document
 from hatchway.config.plugin import McpServerConfig
-from hatchway.engine.tools.mcp.auth.discovery import AuthorizationServer, discover_authorization_server
 from hatchway.errors import InvalidRequest
 
 PROBE_SERVER_ID = "probe"

@@ -246,6 +246,17 @@ class OperationSettings(StrictModel):
     """An EXECUTING operation whose executor stops renewing this lease is marked INTERRUPTED."""
     confirmation_words: ConfirmationWords = Field(default_factory=ConfirmationWords)
     """Words added to the built-in yes/no lists (pt, en, es) that read the user's reply."""
+    repeat_window_seconds: Annotated[float, Field(ge=0)] = 600.0
+    """A new operation that would do again what one of the same conversation and end user executed
+    less than this long ago (the same tool and resolved arguments) is never executed on a bare yes:
+    it asks, saying what it repeats, and only a reply to that question confirms it. 0: off."""
+    duplicate_window_seconds: Annotated[float, Field(ge=0)] = 60.0
+    """A yes sent with no question (no assistant message, no ``hatchway-operation-id``) while
+    nothing awaits confirmation, while an operation of the conversation executes or less than this
+    long after it finished, is a duplicate of that confirmation: answered with its outcome."""
+    duplicate_wait_seconds: Annotated[float, Field(gt=0)] = 60.0
+    """How long a duplicate yes waits for the outcome of an operation that is still executing
+    before it answers that it is (never longer than the run's deadline)."""
 
 
 def _unknown_arg(arg: str, args: dict[str, Any]) -> str:

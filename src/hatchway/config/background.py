@@ -22,10 +22,12 @@ class BackgroundSettings(StrictModel):
     sweep_seconds: Annotated[int, Field(ge=1)] = 10
     """How often workers look for such jobs."""
     max_attempts: Annotated[int, Field(ge=1, le=10)] = 3
-    """How many workers may take one job before it is given up (see docs/scale.md, "Dead workers")."""
+    """How many workers may take one job before it is given up; a take that finds the database
+    unreachable does not count (see docs/scale.md, "Dead workers")."""
     requeue_after_seconds: Annotated[int, Field(ge=1)] = 30
-    """A ``queued`` response whose job is missing from Redis this long after it was queued (or last
-    checked) is queued again: a Redis restart without its data strands none (see
-    docs/reliability.md, "Background responses and Redis")."""
+    """A ``queued`` response whose job is missing from Redis, or has ended, this long after it was
+    queued (or last checked) is queued again: a Redis restart without its data or a database outage
+    strands none. Also the longest a job taken during a database outage waits to go back on the
+    queue (see docs/reliability.md, "Background responses and Redis")."""
     shutdown_grace_seconds: Annotated[int, Field(ge=0)] = 30
     """On SIGTERM a worker stops taking jobs and lets running ones finish for up to this long."""

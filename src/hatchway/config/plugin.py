@@ -25,15 +25,14 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, AliasChoices, ConfigDict, Field, field_validator, model_validator
 
+from hatchway.config.headers import HEADER_NAME, forward_header_problem, never_forwarded
 from hatchway.config.loading import StrictModel, parse_yaml_text, read_config_text, validate_document
-from hatchway.engine.tools.mcp.auth.oauth import ClientAuth, token_url_problem
-from hatchway.engine.tools.mcp.forwarding import forward_header_problem, never_forwarded
+from hatchway.config.token_endpoints import ClientAuth, token_url_problem
 from hatchway.errors import ConfigError
 from hatchway.vault.names import ref_problem
 
 SERVER_ID = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 _SCOPE_TOKEN = re.compile(r"^[\x21\x23-\x5b\x5d-\x7e]+$")
-_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 
 class _PluginModel(StrictModel):
@@ -135,7 +134,7 @@ class McpAuth(_PluginModel):
     @field_validator("header")
     @classmethod
     def _header(cls, value: str) -> str:
-        if not _HEADER_NAME.match(value):
+        if not HEADER_NAME.match(value):
             raise ValueError(f"not a valid header name (got {value!r})")
         return value
 

@@ -393,7 +393,21 @@ class LimitsSettings(StrictModel):
     tests, which shorten it rather than wait a minute."""
     refresh_seconds: Annotated[float, Field(gt=0, le=3600)] = 5.0
     """How often a gateway reads the limits set with ``hatchway limits set`` (kept in the store, over
-    hatchway.yaml's, key by key)."""
+    hatchway.yaml's, key by key); as often, what a settle could not give back while Redis failed is
+    given back (docs/reliability.md, "Limits when Redis fails")."""
+    on_redis_failure: Literal["admit", "refuse"] = "admit"
+    """With ``redis_url``, when Redis cannot count a request (refused, hung past
+    ``redis_timeout_seconds``, an error): ``admit`` lets it in unchecked (counted in
+    ``hatchway_limits_redis_failures_total``, logged); ``refuse`` answers 503 ``unavailable`` with
+    ``retry-after``. A run that ends while Redis fails is never failed for it either way."""
+    redis_timeout_seconds: Annotated[float, Field(gt=0, le=30)] = 0.5
+    """The longest a request waits on each call the limits make to Redis (a request makes no other
+    once one fails): then ``on_redis_failure`` applies."""
+    budget_hold_output_tokens: Annotated[int, Field(ge=0, le=10_000_000)] = 4096
+    """A run admitted under a spend budget holds an estimate of its cost there until it ends (its
+    input, four bytes a token, and its ``max_tokens``, priced): this many output tokens when the
+    request sets no ``max_tokens``. So runs started together see each other's cost: a budget is
+    passed by no more than what the runs in flight spend past their holds (docs/limits.md, "Budgets")."""
 
 
 DATABASE_DRIVERS = ("sqlite+aiosqlite", "postgresql+asyncpg")
@@ -495,7 +509,8 @@ class McpEndpointConfig(StrictModel):
     plugin: str | None = None
     """Or a plugin file's (relative to hatchway.yaml)."""
     tools: list[Annotated[str, Field(min_length=1)]] | Literal["*"] = "*"
-    """The tools exposed, by their namespaced names (``<server>__<tool>``) or globs; ``"*"``: all."""
+    """The tools exposed, by their namespaced names (``<server>__<tool>``) or globs, with
+    ``namespace: false`` too (the names served then match as well); ``"*"``: all."""
     organisations: list[Annotated[str, Field(min_length=1)]] | None = None
     """The organisations (names or ids) whose keys may use it; every organisation when omitted."""
     namespace: bool = True
@@ -507,7 +522,8 @@ class McpEndpointConfig(StrictModel):
     prompts: bool = False
     """Pass the servers' prompts through (``prompts/list``, ``prompts/get``) and their completions."""
     keys: list[Annotated[str, Field(min_length=1)]] | None = None
-    """The API keys (names or ids) that may use it, within those organisations; every key when omitted."""
+    """The API keys that may use it: their ids, or their names within ``organisations`` (required
+    with names: another organisation may name a key the same); every key when omitted."""
     oauth: McpEndpointOAuth | None = None
     """Also accept OAuth access tokens (resource-server mode); a Hatchway key still works."""
     confirm_tool: bool = True
@@ -688,6 +704,13 @@ class Settings(StrictModel):
             if endpoint.name in endpoints:
                 raise ValueError(f"mcp_endpoints[{i}].name: duplicate endpoint {endpoint.name!r}")
             endpoints.add(endpoint.name)
+            named = [k for k in endpoint.keys or () if not k.startswith("key_")]
+            if named and endpoint.organisations is None:
+                raise ValueError(
+                    f"mcp_endpoints[{i}].keys: {named[0]!r} is a key's name, which any organisation can "
+                    "give a key; name the organisations it belongs to (mcp_endpoints[].organisations), "
+                    "or list the key's id (key_…)"
+                )
             agent = next((a for a in self.agents if a.name == endpoint.agent), None)
             if endpoint.agent is not None and (agent is None or agent.plugin is None):
                 raise ValueError(

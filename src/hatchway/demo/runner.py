@@ -248,8 +248,8 @@ def _hatchway_command() -> str:
 
 
 def _wait_for_ctrl_c(console: Console, stack: DemoStack) -> None:
-    console.print(f"\nThe gateway keeps running at {stack.gateway_url} — press Ctrl-C to stop it.")
-    try:
+    try:  # a Ctrl-C as soon as the line is out is the stop it asks for, not an interruption
+        console.print(f"\nThe gateway keeps running at {stack.gateway_url} — press Ctrl-C to stop it.")
         while stack.gateway_server is not None and stack.gateway_server.running:
             if hasattr(signal, "pause"):
                 signal.pause()  # until a signal: Ctrl-C raises KeyboardInterrupt here

@@ -53,6 +53,10 @@ class Reply:
     """Characters per streamed delta, of the text and of each tool call's arguments."""
     raw_body: bytes | None = None
     """Sent as it is (``application/json``, with ``status``), whatever the request asked."""
+    stop_sequence: str | None = None
+    """Anthropic-shaped answers: the stop sequence that ended it (``stop_reason: stop_sequence``)."""
+    chunk_delay: float = 0.0
+    """Streamed: seconds between chunks (a long answer, for a client that leaves mid-stream)."""
     abort_after: int | None = None
     """Streamed: send this many chunks, then drop the connection (an upstream dying mid-answer)."""
     cached_tokens: int = 0
@@ -337,6 +341,8 @@ async def _stream(send: Send, parts: list[dict[str, Any]], reply: Reply | None =
     for part in parts:
         frame = b"data: " + json_bytes(part) + b"\n\n"
         await send({"type": "http.response.body", "body": frame, "more_body": True})
+        if reply is not None and reply.chunk_delay:
+            await asyncio.sleep(reply.chunk_delay)
     if reply is not None and reply.abort_after is not None:
         raise ConnectionAbortedError("scripted upstream: the stream is cut (abort_after)")
     await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})

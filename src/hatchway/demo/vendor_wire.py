@@ -48,8 +48,8 @@ def anthropic_message(reply: Reply, model: str) -> dict[str, Any]:
         "role": "assistant",
         "model": model,
         "content": content,
-        "stop_reason": _STOP.get(finish, finish),
-        "stop_sequence": None,
+        "stop_reason": "stop_sequence" if reply.stop_sequence else _STOP.get(finish, finish),
+        "stop_sequence": reply.stop_sequence,
         "usage": {
             "input_tokens": reply.prompt_tokens,
             "output_tokens": reply.completion_tokens,
@@ -88,7 +88,7 @@ def anthropic_events(reply: Reply, message: dict[str, Any]) -> list[tuple[str, d
             for d in deltas
         ]
         out.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
-    final = {"stop_reason": message["stop_reason"], "stop_sequence": None}
+    final = {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]}
     usage = {"output_tokens": message["usage"]["output_tokens"]}
     out.append(("message_delta", {"type": "message_delta", "delta": final, "usage": usage}))
     out.append(("message_stop", {"type": "message_stop"}))

@@ -50,8 +50,9 @@ MEANINGS: dict[str, str] = {
     "agent_not_configured": "The operation's agent is no longer in hatchway.yaml, so it cannot be executed.",
     "agent_without_plugin": "The operation's agent has no plugin, so it cannot be executed.",
     "operation_not_pending": "The operation is no longer awaiting confirmation; it is not executed again "
-    "(the body carries it as it is).",
-    "operation_already_confirmed": "Another confirmation won the race and executed the operation once.",
+    "(the body carries it as it is: its outcome, waited for while it executes).",
+    "operation_already_confirmed": "Another confirmation won the race and executed the operation once (the "
+    "body carries its outcome).",
     "operation_cancelled": "The operation was cancelled before this confirmation.",
     "operation_expired": "The operation's confirmation expired (`confirmation_ttl_seconds`).",
     "operation_not_cancellable": "The operation is executing or finished; it can no longer be cancelled.",
@@ -75,7 +76,8 @@ MEANINGS: dict[str, str] = {
     "client_gone": "Not sent: the client went away before the answer. The run log records the run "
     "with HTTP status 499.",
     # -- HTTP: the gateway or its upstream --------------------------------------------------------
-    "unavailable": "A component this request needs is not running in this process.",
+    "unavailable": "A component this request needs is not running in this process, or cannot be "
+    "reached: Redis, for the limits with `limits.on_redis_failure: refuse` (retry after `retry-after`).",
     "database_unavailable": "The database could not be reached (down, refusing connections, cut mid-query); "
     "retry after the `retry-after` seconds.",
     "internal_error": "A bug in the gateway. The response (or stored response) says only this; the "
@@ -102,6 +104,10 @@ MEANINGS: dict[str, str] = {
     "(tools declared idempotent are retried). An operation's execution is INTERRUPTED and never re-run.",
     "timeout": "The run's deadline (`loop_deadline_seconds`) passed before this tool finished.",
     "unknown_tool": "The model called a tool that is not offered to this run.",
+    "result_withheld": "An MCP endpoint withheld an upstream's result that held a secret and no longer "
+    "validated once redacted: the secret is never sent to make it valid.",
+    "tool_withheld": "An MCP endpoint's client called a tool whose definition drifted from its pin "
+    "(`tool_drift: block`): withheld until approved, and never routed to another server's tool of its name.",
     "invalid_arguments": "The call's arguments are not a JSON object (for `spawn_subagent`: no non-empty "
     "`task`, or `max_depth` reached).",
     "max_tool_calls_reached": "The run reached `max_tool_calls` (the response's) or "
@@ -141,7 +147,7 @@ MEANINGS: dict[str, str] = {
     "`max_run_tool_calls`) is spent: the tool call or subagent was not started, and the run's next "
     "round has no tools (docs/limits.md).",
     "operation_not_found": "An MCP endpoint was asked to decide an operation that is not one of its "
-    "agent's in this organisation.",
+    "agent's in this organisation; or a chat reply's `hatchway-operation-id` names none of the agent's.",
     "input_relayed": "Internal to an MCP endpoint: the upstream's request for input, handed to the "
     "endpoint's 2026-07-28 client as an `input_required` result (never seen as an error).",
     "input_requested": "The tool asked the end user a question (MCP input request); the run paused "
@@ -149,6 +155,8 @@ MEANINGS: dict[str, str] = {
     "input_expired": "The tool's question expired before the end user answered it.",
     "mcp_sampling_failed": "The run's model failed to answer an MCP server's sampling request.",
     "mcp_input_unsupported": "The tool asked for a kind of input this client does not provide (MRTR).",
+    "mcp_input_sensitive": "The tool asked the end user for a password, key, token or payment details by "
+    "form elicitation, which MCP forbids: not asked (the run log records it).",
     "mcp_input_rounds_exceeded": "The tool kept asking for input past the round limit.",
     "mcp_auth": "Credentials for the MCP server could not be built (e.g. a bad header value).",
     "oauth_bad_token_url": "The OAuth `token_url` is not allowed (https, or http to a loopback host only).",

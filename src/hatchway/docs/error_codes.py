@@ -5,7 +5,7 @@ Read from the source itself (``ast``), so docs/errors.md cannot miss a code some
 - ``SomeError(..., code="x")`` — a code bound to an error class (its HTTP status and ``type``);
 - ``default_code = "x"`` of the classes under ``HatchwayError``;
 - ``ToolResult.error("x", …)``, ``error_body("x", …)`` and ``_error_result(kind, "x", …)`` — what the
-  model reads as a tool result;
+  model reads as a tool result; ``tool_error(…, code="x")`` — an MCP endpoint's ``isError`` result;
 - ``_failure("x", …)`` / ``failure("x", …)`` — a ``spawn_subagent`` result's ``error_code``;
 - dict literals with a ``"code"`` key — a tool result's error (``{"code", "message"}``) or, with a
   ``"type"`` key too, a stored response's ``error``; ``code = …`` assignments likewise (in the
@@ -37,6 +37,8 @@ _POSITIONAL = {
     "failure": (0, "subagent"),
 }
 """Helpers taking a code positionally: (argument index, kind of use)."""
+_TOOL_RESULT_KEYWORD = {"tool_error"}
+"""Helpers taking a tool result's code as ``code=`` (an MCP endpoint's ``isError`` results)."""
 
 
 @dataclass(frozen=True, order=True)
@@ -76,7 +78,7 @@ def scan(package_dir: Path = PACKAGE_DIR) -> list[CodeUse]:
     names = _module_constants(trees.values())
     for module, tree in trees.items():
         found = list(_uses_in(tree, module, names))
-        if any(u.kind == "class" for u in found):
+        if any(u.kind == "class" for u in found) or _defines_default_code(tree):
             importlib.import_module(module)  # so error_classes() sees classes defined there
         uses.update(found)
     classes = error_classes()
@@ -84,6 +86,22 @@ def scan(package_dir: Path = PACKAGE_DIR) -> list[CodeUse]:
         if "default_code" in vars(cls) and cls.default_code:
             uses.add(CodeUse(cls.default_code, "class", cls.__name__, cls.__module__))
     return sorted(u for u in uses if u.kind != "class" or u.raiser in classes)
+
+
+def _defines_default_code(tree: ast.Module) -> bool:
+    """Whether the module defines a class with its own ``default_code`` (an error class)."""
+    return any(
+        isinstance(node, ast.ClassDef)
+        and any(
+            isinstance(stmt, ast.Assign | ast.AnnAssign)
+            and any(
+                isinstance(t, ast.Name) and t.id == "default_code"
+                for t in getattr(stmt, "targets", [getattr(stmt, "target", None)])
+            )
+            for stmt in node.body
+        )
+        for node in tree.body
+    )
 
 
 def _module_constants(trees: Iterable[ast.Module]) -> dict[str, str]:
@@ -131,8 +149,9 @@ def _uses_in(tree: ast.AST, module: str, names: dict[str, str]) -> list[CodeUse]
 def _call_uses(call: ast.Call, module: str, names: dict[str, str]) -> list[CodeUse]:
     func = call.func
     name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    kind = "tool_result" if name in _TOOL_RESULT_KEYWORD else "class"
     uses = [
-        CodeUse(c, "class", name, module)
+        CodeUse(c, kind, "" if kind == "tool_result" else name, module)
         for kw in call.keywords
         if kw.arg == "code"
         for c in _constants(kw.value, names)

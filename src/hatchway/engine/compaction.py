@@ -55,10 +55,14 @@ async def summarise(model: ResolvedModel, items: list[Item], instructions: str |
     return Compaction(summary=(response.text or "").strip(), usage=response.usage)
 
 
-def sealed_payload(summary: str) -> bytes:
-    return orjson.dumps({"v": 1, "summary": summary})
+def sealed_payload(summary: str, tainted_by: list[str] | None = None) -> bytes:
+    """What a compaction item seals: the summary, and the tools whose output it summarises (the
+    taint travels with the summary: a run given it back reads untrusted output in other words)."""
+    return orjson.dumps({"v": 1, "summary": summary, "tainted_by": tainted_by or []})
 
 
-def opened_summary(payload: bytes) -> str:
+def opened_summary(payload: bytes) -> tuple[str, list[str]]:
+    """The summary and the tools whose output it summarises (none in an item sealed before v0.x)."""
     data = orjson.loads(payload)
-    return str(data["summary"])
+    tainted = data.get("tainted_by")
+    return str(data["summary"]), [str(t) for t in tainted] if isinstance(tainted, list) else []

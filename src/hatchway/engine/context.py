@@ -2,42 +2,26 @@
 
 A ``RunContext`` is built in one place, ``RunContext.from_headers`` (an HTTP request, or a queued
 response's stored headers on a worker), and a subagent's from its parent's with ``child()``. Its
-``run`` is the run-wide state (``RunState``): counters the loop keeps and what toolsets report,
-typed, linked to the parent run's state so a run tree can be totalled.
+``run`` is the run-wide state (``RunState``): counters the loop keeps and the steps toolsets report
+to the run log (``RunState.report``), linked to the parent run's state so a run tree can be totalled.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 from hatchway.engine.items import Usage
+from hatchway.engine.run_log import ListToolsStep, ReportedStep, SideCallStep
 from hatchway.errors import InvalidRequest
 from hatchway.observability.log_redaction import SECRETS
-from hatchway.observability.redaction import Redactor
+from hatchway.principal import Principal
+from hatchway.redaction import Redactor
 
 MAX_ON_BEHALF_OF = 256
 MAX_SESSION_KEY = 256
-
-
-@dataclass(slots=True)
-class Principal:
-    """The organisation and key behind a request."""
-
-    org_id: str
-    org_name: str
-    key_id: str | None = None
-    key_name: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ListingFailure:
-    """A server whose tools could not be listed: the run went on without them."""
-
-    server: str
-    message: str
 
 
 @dataclass(eq=False)
@@ -91,12 +75,10 @@ class BudgetSpent:
     used: float
     limit: float
 
-    def to_step(self) -> dict[str, Any]:
-        return {"type": "budget_exhausted", "budget": self.budget, "used": self.used, "limit": self.limit}
-
 
 MAX_SIDE_STEPS = 100
-"""Side-call steps one run's record keeps (``RunState.side_call``); the rest are counted only."""
+"""Side-call steps one run's record keeps (``RunState.report``); the rest are counted only."""
+S = TypeVar("S", bound=ReportedStep)
 
 
 @dataclass(eq=False)
@@ -112,20 +94,15 @@ class RunState:
     """Tokens of this run's model calls (its children's are theirs)."""
     tool_calls: int = 0
     """Gateway tool calls this run made (client tool calls are the client's)."""
-    listing_failures: list[ListingFailure] = field(default_factory=list)
-    dropped_headers: dict[str, list[str]] = field(default_factory=dict)
-    """Server id → the ``forward_headers`` entries of its plugin that were dropped, not forwarded."""
-    input_rounds: list[dict[str, Any]] = field(default_factory=list)
-    """Each round of a tool call that asked for input (MCP input requests), for the run log."""
-    tool_drift: list[dict[str, Any]] = field(default_factory=list)
-    """Tools whose definition differed from their pin (``engine/tools/mcp/pinning.py``), for the run log."""
-    described: list[dict[str, Any]] = field(default_factory=list)
-    """MCP tools whose description a guard found instructions in (``engine/guards``), for the run log."""
-    side_calls: list[dict[str, Any]] = field(default_factory=list)
+    round: int = 1
+    """The round the run is in: the loop sets it as each round begins (a run without rounds, an
+    MCP endpoint's call, is one). A listing reported now is of this round."""
+    log: list[ReportedStep] = field(default_factory=list)
+    """What the toolsets, guards and side calls reported (``report``), in the order reported: the
+    run log's steps besides the loop's own (``engine/run_log.py``)."""
+    side_calls: int = 0
     """The model calls this run made besides its rounds (the guards' classifier, an MCP server's
-    sampling request), each a step of the run log with its ``type``: the first ``MAX_SIDE_STEPS``."""
-    side_calls_omitted: int = 0
-    """Side calls past ``MAX_SIDE_STEPS``: counted in ``side_usage``, their steps not kept."""
+    sampling request); the ``log`` keeps the steps of the first ``MAX_SIDE_STEPS``."""
     side_usage: Usage = field(default_factory=Usage)
     """Tokens and cost of those calls: in this run's record and spend (also in ``usage``, which the
     limits and the run budget count), never in the ``usage`` the client is answered with."""
@@ -146,23 +123,44 @@ class RunState:
     whatever its policy says (``guards.confirm_when_tainted``)."""
     confirm_always: bool = False
     """On the root's state: a guard's ``confirm`` action fired; every transactional tool asks."""
+    record_id: str | None = None
+    """The id of this run's record in the run log (set by its scope, ``engine/run.py``)."""
 
-    def side_call(self, kind: str, usage: Usage | None, **step: Any) -> None:
-        """A model call besides the rounds (``kind``: its step's type): counted like a round's, in
-        the run's tokens and spend. ``usage`` None: the call failed and used nothing known."""
+    def report(self, step: ReportedStep) -> None:
+        """Add ``step`` to the run log. A listing is of the round the run is in; a side call's
+        tokens count like a round's, in the run's tokens and spend."""
+        if isinstance(step, ListToolsStep) and step.round is None:
+            step = replace(step, round=self.round)
+        elif isinstance(step, SideCallStep):
+            self._count_side_call(step.usage)
+            if self.side_calls > MAX_SIDE_STEPS:  # a server sampling all run long: counted, not kept
+                return
+        self.log.append(step)
+
+    def reported(self, kind: type[S]) -> list[S]:
+        """The steps of ``kind`` reported so far, in order."""
+        return [step for step in self.log if isinstance(step, kind)]
+
+    @property
+    def dropped_headers(self) -> dict[str, list[str]]:
+        """Server id → the ``forward_headers`` entries of its plugin that were dropped, not forwarded."""
+        return {
+            step.server: list(step.dropped_headers)
+            for step in self.reported(ListToolsStep)
+            if step.dropped_headers is not None
+        }
+
+    @property
+    def side_calls_omitted(self) -> int:
+        """Side calls past ``MAX_SIDE_STEPS``: counted in ``side_usage``, their steps not kept."""
+        return max(self.side_calls - MAX_SIDE_STEPS, 0)
+
+    def _count_side_call(self, usage: Usage | None) -> None:
+        self.side_calls += 1
         if usage is not None:
             self.usage.add(usage)
             self.cost_usd += usage.cost_usd
             self.side_usage.add(usage)
-            step.update(
-                prompt_tokens=usage.prompt_tokens,
-                completion_tokens=usage.completion_tokens,
-                cost_usd=usage.cost,
-            )
-        if len(self.side_calls) < MAX_SIDE_STEPS:
-            self.side_calls.append({"type": kind, **step})
-        else:  # a server that samples for as long as the run lasts cannot grow its record with it
-            self.side_calls_omitted += 1
 
     def child(self) -> RunState:
         state = RunState(parent=self)
@@ -233,6 +231,10 @@ class RunState:
 
     def tree_tool_calls(self) -> int:
         return sum(state.tool_calls for state in self._tree())
+
+    def tree_records(self) -> list[str]:
+        """The ids of the run log records of the tree (what ``tree_cost`` is the sum of)."""
+        return [state.record_id for state in self._tree() if state.record_id is not None]
 
     def _tree(self) -> list[RunState]:
         states, pending = [], [self]

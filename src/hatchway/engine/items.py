@@ -22,6 +22,9 @@ class Message:
     role: Role
     content: str | list[dict[str, Any]]
     id: str | None = None
+    tainted_by: tuple[str, ...] = ()
+    """The tools whose output this message carries in other words (a compaction's summary of them):
+    untrusted as that output was (``engine/guards``). Never sent to a model."""
 
     @property
     def text(self) -> str:
@@ -52,7 +55,17 @@ class FunctionCall:
 class FunctionCallOutput:
     call_id: str
     output: str
+    """The result's text (its text blocks joined, when it came as blocks)."""
     id: str | None = None
+    parts: list[dict[str, Any]] | None = None
+    """The result as content parts, when it holds more than text (an image a client's tool read, a
+    document, Anthropic's ``tool_reference`` or ``search_result`` blocks): each upstream gets what
+    it can carry of them (``engine/providers``), never an empty output in their place."""
+    is_error: bool = False
+    """The tool failed or was refused (Anthropic's ``tool_result.is_error``)."""
+    cache_control: dict[str, Any] | None = None
+    """A prompt-cache breakpoint on the result (Anthropic's ``cache_control``), kept for upstreams
+    that take one."""
 
 
 Item = Message | FunctionCall | FunctionCallOutput
@@ -127,3 +140,18 @@ class ToolSpec:
         if self.strict is not None:
             fn["strict"] = self.strict
         return {"type": "function", "function": fn}
+
+
+def output_sources(items: list[Item]) -> list[str]:
+    """The tools whose output ``items`` hold, oldest first, each once: a tool result's call (by its
+    call id), a message's ``tainted_by``. What a run given these items is tainted by."""
+    names = {item.call_id: item.name for item in items if isinstance(item, FunctionCall)}
+    sources: list[str] = []
+    for item in items:
+        found: tuple[str, ...] = ()
+        if isinstance(item, FunctionCallOutput):
+            found = (names.get(item.call_id, "a tool"),)
+        elif isinstance(item, Message):
+            found = item.tainted_by
+        sources.extend(s for s in found if s not in sources)
+    return sources

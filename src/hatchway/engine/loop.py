@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
+import math
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from hatchway.engine.context import BudgetSpent, RunBudget, RunContext
 from hatchway.engine.guards.guard import ToolOutputGuard
@@ -23,6 +27,16 @@ from hatchway.engine.providers.base import (
     TextDelta,
 )
 from hatchway.engine.providers.routing import ResolvedModel
+from hatchway.engine.run_log import (
+    BudgetExhaustedStep,
+    EstimatedUsageStep,
+    LoopStep,
+    ModelAnswer,
+    ModelCallStep,
+    Outcome,
+    StepTokens,
+    ToolCallStep,
+)
 from hatchway.engine.steps import (
     NextStep,
     NextStepFinalOutput,
@@ -38,6 +52,7 @@ from hatchway.engine.tools.base import Interruption, ToolResult
 from hatchway.engine.tools.payloads import fit_output
 from hatchway.engine.tools.router import ToolRouter
 
+logger = logging.getLogger(__name__)
 DEFAULT_MAX_ROUNDS = 10
 BUDGET_NOTE = (
     "The budget of this run is spent: no more tools can be called. Answer the user now with what you "
@@ -84,7 +99,10 @@ class RunResult:
     max_rounds_hit: bool = False
     tool_calls: int = 0
     interruption: Interruption | None = None
-    steps: list[dict[str, Any]] = field(default_factory=list)
+    operation_id: str | None = None
+    """The operation whose question (or, answered by the gateway, whose outcome) the text is."""
+    steps: list[LoopStep] = field(default_factory=list)
+    """The loop's steps for the run log (the run's other steps are reported to ``ctx.run``)."""
     last_response: ModelResponse | None = None
     budget_exhausted: BudgetSpent | None = None
     """The run tree's budget was spent: its last round ran without tools (the run log's flag)."""
@@ -92,6 +110,13 @@ class RunResult:
     @property
     def has_tool_calls(self) -> bool:
         return self.tool_calls > 0 or bool(self.client_calls)
+
+    def unstreamed(self, *, after_text: bool) -> str:
+        """The text a stream of this run still owes its client: a confirmation's question, or an
+        answer given without a model call (neither was streamed); set apart from text streamed before."""
+        if self.text and (self.interruption is not None or self.rounds == 0):
+            return ("\n\n" if after_text else "") + self.text
+        return ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +189,7 @@ class _Transcript:
 
     conversation: list[Item]
     new_items: list[Item] = field(default_factory=list)
-    steps: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[LoopStep] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     rounds: list[_RoundText] = field(default_factory=list)
     tool_calls: int = 0
@@ -223,7 +248,10 @@ class AgentLoop:
         note = self.settings.guard.system_note() if self.settings.guard is not None else None
         if note is not None:  # what the spotlight's markers mean, before anything a tool says
             run.conversation.insert(0, note)
+        if self.settings.guard is not None:  # earlier tool output given back: untrusted as it was then
+            self.settings.guard.taint_from(items, ctx)
         ctx.run.run_budget(self.settings.budget)
+        ctx.run.round = 1  # the tools are listed for the first round
         specs = await self.router.prepare(ctx)
         if self.settings.guard is not None:
             specs = self.settings.guard.tools(specs, ctx)
@@ -250,7 +278,7 @@ class AgentLoop:
                 continue
             run.append(*preamble.items)
             if preamble.answer is not None:
-                return NextStepGatewayAnswer(preamble.answer)
+                return NextStepGatewayAnswer(preamble.answer, preamble.operation_id)
         return NextStepRunAgain()
 
     # -- one round -------------------------------------------------------------------------------
@@ -261,12 +289,13 @@ class AgentLoop:
         """One model call and the gateway's tool calls it asked for; the last thing yielded is the
         round's next step."""
         number = len(run.rounds) + 1
+        ctx.run.round = number  # what the toolsets report from now on is of this round
         if number > 1 and run.budget_spent is None:
             tokens, cost = run.last_call
-            run.budget_spent = ctx.run.budget_spent(next_tokens=tokens, next_cost=cost)
-            if run.budget_spent is not None:
-                run.steps.append(run.budget_spent.to_step())
-                ctx.run.budget_exhausted = run.budget_spent
+            spent = run.budget_spent = ctx.run.budget_spent(next_tokens=tokens, next_cost=cost)
+            if spent is not None:
+                run.steps.append(BudgetExhaustedStep(spent.budget, spent.used, spent.limit))
+                ctx.run.budget_exhausted = spent
         yield RoundStarted(number)
         request = self._request(run, specs)
         if run.budget_spent is not None:  # the last round: no tools, and the model is told why
@@ -281,7 +310,7 @@ class AgentLoop:
             async for delta in self._model_round(request, ctx, text, stream=stream):
                 yield delta
         except _DeadlinePassed:
-            run.steps.append(_model_step(number, started, None, "timeout"))
+            run.steps.append(_model_step(number, started, None, Outcome.TIMEOUT))
             yield NextStepTimeout()
             return
         response = text.response
@@ -335,6 +364,7 @@ class AgentLoop:
             current.response = await _before_deadline(self.model.provider.request(request), ctx)
             return
         events = self.model.provider.stream(request)
+        streamed = 0
         try:
             while True:
                 try:
@@ -344,20 +374,41 @@ class AgentLoop:
                 if isinstance(event, StreamDone):
                     current.response = event.response
                 elif isinstance(event, TextDelta):
+                    streamed += len(event.text)
                     delta = current.add(ctx.redact(event.text))
                     if delta is not None:
                         yield delta
+        except (asyncio.CancelledError, GeneratorExit):  # the client went away mid-call
+            if current.response is None:
+                self._count_abandoned(request, streamed, ctx)
+            raise
         finally:
             aclose = getattr(events, "aclose", None)
             if aclose is not None:
                 await aclose()
+
+    def _count_abandoned(self, request: ModelRequest, streamed_chars: int, ctx: RunContext) -> None:
+        """A stream abandoned before the upstream's usage came: counted as an estimate (the request's
+        size, the text streamed so far; four characters a token), so spend, budgets and token limits
+        see it — the upstream bills what it generated. The run log says it is an estimate."""
+        # Inside the cancellation's handler: nothing here may raise in its place (``default=str``).
+        prompt = math.ceil(len(orjson.dumps([request.items, request.tools], default=str)) / 4)
+        usage = Usage(prompt_tokens=prompt, completion_tokens=math.ceil(streamed_chars / 4))
+        cost = self.model.provider.estimate_cost(request.model, usage)
+        if cost is None:
+            usage.unpriced_calls = 1
+        else:
+            usage.cost_usd = cost
+        ctx.run.usage.add(usage)
+        ctx.run.cost_usd += cost or 0.0
+        ctx.run.report(EstimatedUsageStep(ctx.run.round, StepTokens.of(usage)))
 
     def _record_response(
         self, run: _Transcript, response: ModelResponse, started: float, ctx: RunContext
     ) -> None:
         if response.text:  # a model that decoded a secret a tool encoded some other way
             response.text = ctx.redact(response.text)
-        run.steps.append(_model_step(len(run.rounds), started, response, "ok"))
+        run.steps.append(_model_step(len(run.rounds), started, response, Outcome.OK))
         run.usage.add(response.usage)
         ctx.run.usage.add(response.usage)
         cost = self.settings.price(self.model.upstream_model, response.usage) if self.settings.price else None
@@ -419,7 +470,7 @@ class AgentLoop:
         for call in calls:
             tool_result, duration = outcomes.get(call.call_id) or (
                 ToolResult.error(
-                    "timeout", "The run's deadline passed before this tool finished.", outcome="timeout"
+                    "timeout", "The run's deadline passed before this tool finished.", outcome=Outcome.TIMEOUT
                 ),
                 0.0,
             )
@@ -502,7 +553,12 @@ class AgentLoop:
         try:
             tool_result = await self.router.call(call, ctx)
         except Exception as exc:  # a failing tool never crashes the loop
-            tool_result = ToolResult.error("tool_failed", f"{type(exc).__name__}: {exc}")
+            # Its message stays in the gateway's log: it may quote SQL, parameters or hosts.
+            logger.exception("tool call %s (%s) failed inside the gateway", call.call_id, call.name)
+            message = (
+                f"{type(exc).__name__}: the gateway could not run this tool (an internal error, logged)."
+            )
+            tool_result = ToolResult.error("tool_failed", message)
         tool_result.meta["started_at_ms"] = milliseconds(started_at, 1)  # the run log's waterfall
         return tool_result, (time.monotonic() - started) * 1000
 
@@ -536,7 +592,11 @@ class AgentLoop:
             message = step.interruption.message if isinstance(step, NextStepInterruption) else step.text
             result.new_items.append(Message(role="assistant", content=message))
             result.text, result.finish_reason = message, "stop"
-            result.interruption = step.interruption if isinstance(step, NextStepInterruption) else None
+            if isinstance(step, NextStepInterruption):
+                result.interruption = step.interruption
+                result.operation_id = step.interruption.data.get("operation_id")
+            else:
+                result.operation_id = step.operation_id
         return result
 
 
@@ -565,50 +625,36 @@ def milliseconds(seconds: float, decimals: int = 3) -> float:
 
 
 def _model_step(
-    round_no: int, started: float, response: ModelResponse | None, outcome: str
-) -> dict[str, Any]:
+    round_no: int, started: float, response: ModelResponse | None, outcome: Outcome
+) -> ModelCallStep:
     elapsed = time.monotonic() - started
-    step: dict[str, Any] = {
-        "type": "model_call",
-        "round": round_no,
-        "started_at_ms": milliseconds(time.time() - elapsed, 1),
-        "duration_ms": milliseconds(elapsed),
-        "outcome": outcome,
-    }
-    if response is not None:
-        step.update(
-            finish_reason=response.finish_reason,
-            prompt_tokens=response.usage.prompt_tokens,
-            completion_tokens=response.usage.completion_tokens,
-            tool_calls=[c.name for c in response.tool_calls],
-            upstream_model=response.model or None,
-            cost_usd=response.usage.cost,
-            priced_as=response.priced_as,
-        )
-        if response.served_by is not None:  # a model with several targets or fallbacks
-            step.update(served_by=response.served_by, failed_attempts=response.failed_attempts)
-    return step
+    started_at, duration = milliseconds(time.time() - elapsed, 1), milliseconds(elapsed)
+    if response is None:
+        return ModelCallStep(round_no, started_at, duration, outcome)
+    answer = ModelAnswer(
+        finish_reason=response.finish_reason,
+        tool_calls=tuple(c.name for c in response.tool_calls),
+        upstream_model=response.model or None,
+        priced_as=response.priced_as,
+        served_by=response.served_by,  # a model with several targets or fallbacks
+        failed_attempts=tuple(response.failed_attempts),
+    )
+    return ModelCallStep(round_no, started_at, duration, outcome, StepTokens.of(response.usage), answer)
 
 
 def _tool_step(
     round_no: int, call: FunctionCall, result: ToolResult, duration_ms: float, ctx: RunContext
-) -> dict[str, Any]:
-    meta = dict(result.meta)
-    return {
-        "type": "tool_call",
-        "round": round_no,
-        "call_id": call.call_id,
-        "name": call.name,
-        "server": meta.pop("server", None),
-        "tool": meta.pop("tool", call.name),
-        "arguments": ctx.redact(call.arguments),
-        "duration_ms": milliseconds(duration_ms / 1000),
-        "outcome": meta.pop("outcome", "error" if result.is_error else "ok"),
-        "cached": bool(meta.pop("cached", False)),
-        "retries": int(meta.pop("retries", 0)),
-        "result_preview": result.output[:500],
-        **meta,
-    }
+) -> ToolCallStep:
+    return ToolCallStep.of(
+        result.meta,
+        round=round_no,
+        call_id=call.call_id,
+        name=call.name,
+        arguments=ctx.redact(call.arguments),
+        duration_ms=milliseconds(duration_ms / 1000),
+        is_error=result.is_error,
+        result_preview=result.output[:500],
+    )
 
 
 async def _guard(

@@ -10,7 +10,8 @@ The parts are decided in this order, each by the binding that owns it and given 
    can run child responses.
 
 The run's scope then begins (gauge, span), and its instruments wrap the model and toolsets in
-spans. ``RunPlan.agent_loop`` is the one factory of the loop for every adapter.
+spans. ``Planner.prepare`` is the one entry every adapter (Chat Completions, Messages, Responses)
+takes: the plan, the conversation the model reads and the loop that runs it, from one ``RunRequest``.
 """
 
 from __future__ import annotations
@@ -60,6 +61,34 @@ class PlanRequest:
     max_tool_calls: int | None = None
     stream_tool_round_text: bool = False
     """Stream the text of tool rounds too (the Responses API keeps those messages in its output)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunRequest:
+    """What an adapter asks of one run: the model, the conversation, and the client's part of the loop."""
+
+    model: str
+    items: Sequence[Item]
+    """The conversation as the client sent it (its history included), in canonical items."""
+    instructions: str | None = None
+    """The request's own instructions (the Responses API's), after the agent's."""
+    client_tools: Sequence[ToolSpec] = ()
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
+    params: dict[str, Any] | None = None
+    """Upstream parameters passed through (temperature, max_tokens…)."""
+    children: ChildRunner | None = None
+    max_tool_calls: int | None = None
+    stream_tool_round_text: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRun:
+    """A planned run, ready to go: its plan, the conversation the model reads, and its loop."""
+
+    plan: RunPlan
+    conversation: list[Item]
+    loop: AgentLoop
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +174,26 @@ class Planner:
         target = self.target(model)
         await self.plugins.check(target.agent, target.public_model, ctx)
         return target
+
+    async def prepare(self, request: RunRequest, scope: RunScope) -> PreparedRun:
+        """Plan ``request`` in ``scope`` (which begins), and build the conversation and the loop."""
+        plan = await self.plan(
+            PlanRequest(
+                model=request.model,
+                children=request.children,
+                max_tool_calls=request.max_tool_calls,
+                stream_tool_round_text=request.stream_tool_round_text,
+            ),
+            scope.ctx,
+            scope,
+        )
+        loop = plan.agent_loop(
+            client_tools=request.client_tools,
+            tool_choice=request.tool_choice,
+            parallel_tool_calls=request.parallel_tool_calls,
+            params=request.params,
+        )
+        return PreparedRun(plan, plan.conversation(request.items, request.instructions), loop)
 
     async def plan(self, request: PlanRequest, ctx: RunContext, scope: RunScope) -> RunPlan:
         """Resolve the model (or agent) and everything bound to this request, then begin its scope."""

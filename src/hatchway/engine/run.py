@@ -14,6 +14,11 @@ its run-log record — exactly once, whichever way the block is left:
 The gauge and span start when the run is planned (``begin``); a request refused before that
 (a bad body) still gets its record, with no span.
 
+A request learns its record's id from a ``RecordNote`` it holds open (``api/errors.py``'s
+``ErrorMiddleware``): the first scope opened under it — in its task or a task started from it —
+names its record there, so whatever the request is answered with, an error included, says which
+record is its (``x-hatchway-request-id``). A scope that hands its run off takes its name back.
+
 The gauge moves as the scope closes; the record is built and submitted, and the span ended (at the
 time the scope closed), ``RECORD_DELAY_SECONDS`` later, together with the other runs closed by then,
 or as soon as someone reads (``LogWriter.flush()``, ``GET /metrics``) or the gateway stops. The scope
@@ -29,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -38,8 +44,11 @@ from opentelemetry.trace import Span
 from hatchway.engine.context import RunContext
 from hatchway.engine.items import Usage
 from hatchway.engine.loop import RunResult
+from hatchway.engine.run_log import record_steps
 from hatchway.errors import ClientGone, HatchwayError
 from hatchway.ids import new_id
+from hatchway.limits.limiter import Admission, Limiter
+from hatchway.limits.scopes import CostEstimate, Requester
 from hatchway.observability.telemetry import RunInstruments, Telemetry
 from hatchway.store.db import DATABASE_UNAVAILABLE, database_unreachable
 from hatchway.store.logs import LogRecord, LogWriter
@@ -53,6 +62,28 @@ INTERRUPTED = (
     "The run was interrupted before it finished: the gateway shut down or restarted, or the client went away."
 )
 UNANSWERED = "The client went away before the run finished."
+
+
+class RecordNote:
+    """While open (``with RecordNote() as note``), ``note.log_id`` is the record id of the first run
+    scope opened in this context, or None (no run began, or it was handed to the job queue)."""
+
+    __slots__ = ("_token", "log_id")
+
+    def __init__(self) -> None:
+        self.log_id: str | None = None
+        self._token: Token[RecordNote | None] | None = None
+
+    def __enter__(self) -> RecordNote:
+        self._token = _OPEN_NOTE.set(self)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        assert self._token is not None
+        _OPEN_NOTE.reset(self._token)
+
+
+_OPEN_NOTE: ContextVar[RecordNote | None] = ContextVar("hatchway_record_note", default=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,10 +103,13 @@ class RunScopes:
         telemetry: Telemetry,
         log_writer: LogWriter,
         *,
+        limits: Limiter | None = None,
         record_delay_seconds: float = RECORD_DELAY_SECONDS,
     ) -> None:
         self.telemetry = telemetry
         self.log_writer = log_writer
+        self.limits = limits
+        """What a run admits itself to (``RunScope.admit``); None: no limits (tests of the scope)."""
         self.record_delay_seconds = record_delay_seconds
         self._closed: list[RunScope] = []
         """Scopes closed and not yet recorded: those of the last ``record_delay_seconds``."""
@@ -92,8 +126,13 @@ class RunScopes:
         model: str | None = None,
         response_id: str | None = None,
         parent_id: str | None = None,
+        started: float | None = None,
     ) -> RunScope:
-        return RunScope(self, route, ctx, model=model, response_id=response_id, parent_id=parent_id)
+        """``started``: when the run began (``time.monotonic()``), if before now (its request
+        arrived earlier): its latency counts from then."""
+        return RunScope(
+            self, route, ctx, model=model, response_id=response_id, parent_id=parent_id, started=started
+        )
 
     def record_closed(self) -> None:
         """Record every run whose scope has closed (its record submitted, its span ended) now."""
@@ -131,6 +170,7 @@ class RunScope:
         model: str | None = None,
         response_id: str | None = None,
         parent_id: str | None = None,
+        started: float | None = None,
     ) -> None:
         self._scopes = scopes
         self.route = route
@@ -142,11 +182,20 @@ class RunScope:
         self.plugin_source: str | None = None
         self.log_id = new_id("log")
         """The id of this run's record (``x-hatchway-request-id``), known before it is written."""
-        self.started = time.monotonic()
+        ctx.run.record_id = self.log_id  # for the limits: which records its cost will be in
+        self.started = time.monotonic() if started is None else started
+        self._note = _OPEN_NOTE.get()
+        if self._note is not None and self._note.log_id is None:
+            self._note.log_id = self.log_id  # the request's run: its answer names this record
+        else:
+            self._note = None  # a run within the request's (a subagent child): not its record
         self._span: Span | None = None
         self._begun = False
         self._ending: RunEnding | None = None
         self._handed_off = False
+        self._admission: Admission | None = None
+        """The run's admission to the limits (``admit``, ``hold``): its hold, until ``settle``."""
+        self._holding = False
         self._closed = False
         self._latency_seconds = 0.0
         self._ended_ns: int | None = None
@@ -157,7 +206,59 @@ class RunScope:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if not self._handed_off:  # a queued run's hold goes with it: its worker settles it
+            await self.settle()
         self.close(exc)
+
+    # -- the run's hold on the limits ------------------------------------------------------------------
+
+    async def admit(
+        self,
+        who: Requester,
+        *,
+        reserve_tokens: int = 0,
+        estimate: CostEstimate | None = None,
+        lease: str | None = None,
+    ) -> Admission:
+        """Count the run in the limits that apply to ``who`` (or raise their refusal, which the
+        scope records as the run's ending); the hold is settled when the scope closes, with what
+        the run tree used. ``estimate``: its first call's cost, held in its budgets meanwhile;
+        ``lease``: the id its slots are held under when another process will end the run (a
+        queued response's own id)."""
+        assert self._admission is None, "a run is admitted once"
+        if self._scopes.limits is None:
+            self._admission = Admission()
+        else:
+            self._admission = await self._scopes.limits.admit(
+                who, reserve_tokens=reserve_tokens, estimate=estimate, lease=lease
+            )
+        self._holding = True
+        return self._admission
+
+    async def hold(self, who: Requester, lease: str) -> None:
+        """Take over the hold a run was admitted with elsewhere (a queued response's, by the
+        replica that accepted it): settled when this scope closes."""
+        if self._scopes.limits is not None:
+            self._admission = await self._scopes.limits.held(who, lease)
+            self._holding = True
+
+    @property
+    def admission(self) -> Admission:
+        """The run's admission (its rate-limit headers), settled or not; empty before ``admit``."""
+        return self._admission or Admission()
+
+    async def settle(self) -> None:
+        """Give the run's hold back now, with what its tree used: before its answer leaves, so the
+        client's next request finds its slot (idempotent; the scope's close does it otherwise).
+        Never raises (``Limiter.settle``)."""
+        if not self._holding:
+            return
+        self._holding = False
+        admission, limits = self._admission, self._scopes.limits
+        if admission is None or limits is None or not admission.lease:
+            return
+        run = self.ctx.run
+        await limits.settle(admission, run.tree_usage().total_tokens, run.tree_cost(), run.tree_records())
 
     # -- what the run says about itself ----------------------------------------------------------
 
@@ -178,9 +279,17 @@ class RunScope:
         if self._ending is None:
             self._ending = RunEnding(http_status, result, error)
 
+    async def stream_failed(self, exc: HatchwayError) -> None:
+        """A streamed answer failed after its first byte (its HTTP status was sent): the run ends as a
+        502 with the error, and its hold is given back before the stream's last event leaves."""
+        self.end(502, error=exc.message)
+        await self.settle()
+
     def hand_off(self) -> None:
         """The run was handed to the job queue: the worker that runs it writes its record."""
         self._handed_off = True
+        if self._note is not None:
+            self._note.log_id = None  # this scope writes no record for the answer to name
 
     @property
     def ended(self) -> bool:
@@ -225,23 +334,15 @@ class RunScope:
 
     def _record(self, ending: RunEnding) -> LogRecord:
         ctx, result = self.ctx, ending.result
+        # A run that ended without a result (its client went away) is recorded with what it used so
+        # far: its side calls, and an estimate of a stream it abandoned (``EstimatedUsageStep``).
         usage = result.usage if result is not None else None
-        if ctx.run.side_calls:  # a classifier's, a sampling request's: the run's, not the client's usage
+        if result is None and ctx.run.usage.total_tokens:
+            usage = ctx.run.usage
+        elif ctx.run.side_calls:  # a classifier's, a sampling request's: the run's, not the client's usage
             usage = _sum(usage, ctx.run.side_usage)
-        listing = [
-            {"type": "list_tools", "round": 1, "server": f.server, "outcome": "error", "error": f.message}
-            for f in ctx.run.listing_failures
-        ]
-        listing.extend(
-            {"type": "list_tools", "round": 1, "server": server, "outcome": "ok", "dropped_headers": names}
-            for server, names in ctx.run.dropped_headers.items()
-        )
-        listing.extend({"type": "input_round", **entry} for entry in ctx.run.input_rounds)
-        listing.extend({"type": "tool_drift", **entry} for entry in ctx.run.tool_drift)
-        listing.extend({"type": "tool_description", **entry} for entry in ctx.run.described)
-        listing.extend(ctx.run.side_calls)
-        if ctx.run.side_calls_omitted:
-            listing.append({"type": "side_calls_omitted", "count": ctx.run.side_calls_omitted})
+        run = ctx.run
+        steps = record_steps(run.log, run.side_calls_omitted, result.steps if result is not None else ())
         return LogRecord(
             id=self.log_id,
             org_id=ctx.principal.org_id,
@@ -263,7 +364,7 @@ class RunScope:
             rounds=result.rounds if result is not None else 0,
             max_rounds_hit=result.max_rounds_hit if result is not None else False,
             has_tool_calls=result.has_tool_calls if result is not None else False,
-            steps=[*listing, *(result.steps if result is not None else [])],
+            steps=steps,
             error=ctx.redact(ending.error) if ending.error else None,
             response_id=self.response_id,
             parent_id=self.parent_id,

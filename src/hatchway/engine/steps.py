@@ -48,9 +48,12 @@ class NextStepFinalOutput:
 
 @dataclass(frozen=True, slots=True)
 class NextStepGatewayAnswer:
-    """The gateway answers without the model (a pending confirmation's question, asked again)."""
+    """The gateway answers without the model (a pending confirmation's question, asked again; the
+    outcome of an operation a duplicate "yes" confirmed already)."""
 
     text: str
+    operation_id: str | None = None
+    """The operation the answer is about (the chat adapter's ``x-hatchway-operation-id``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ At DEBUG the MCP SDK logs every JSON-RPC message it sends and receives — tool 
 results, where a secret may travel — and httpcore logs response headers. ``SecretLogFilter`` rewrites
 each record of those libraries before any handler sees it: every secret value this process has
 resolved (``SECRETS``: vault secrets, provider keys, OAuth access tokens), raw or encoded (JSON-escaped,
-URL-encoded, base64: ``observability/redaction.py``), becomes ``[REDACTED]``, and so do
+URL-encoded, base64: ``redaction.py``), becomes ``[REDACTED]``, and so do
 credentials in the shapes these libraries print them (``Bearer …``, ``(b'authorization', b'…')``).
 
 A filter on a logger does not see its children's records, so ``install_log_redaction()`` puts the
@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import re
 
-from hatchway.observability.redaction import REDACTED, Redactor
+from hatchway.redaction import REDACTED, Redactor
 
 LIBRARIES = ("mcp", "httpx", "httpx2", "httpcore", "httpcore2")
 _PAYLOAD_LOGGERS = (
@@ -46,7 +46,7 @@ _CREDENTIALS = (
 
 SECRETS = Redactor(limit=4096)
 """Every secret value this process resolved (vault secrets, provider keys, OAuth tokens), newest
-kept: tokens rotate. Each value is matched in all its forms (``observability/redaction.py``)."""
+kept: tokens rotate. Each value is matched in all its forms (``redaction.py``)."""
 
 
 def redact_line(text: str) -> str:

@@ -10,47 +10,24 @@ their arguments.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from sqlalchemy import select
 
-from hatchway.config.plugin import McpServerConfig, PluginConfig, load_plugin
-from hatchway.config.settings import Settings
-from hatchway.engine.context import Principal, RunContext
+from hatchway.config.plugin import McpServerConfig, PluginConfig
+from hatchway.config.plugins import ConfiguredPlugins, ConfiguredServer
+from hatchway.engine.context import RunContext
+from hatchway.engine.tools.mcp.credentials import requester_of
 from hatchway.engine.tools.mcp.pool import McpServerPool
-from hatchway.errors import ConfigError, HatchwayError
+from hatchway.errors import HatchwayError
+from hatchway.principal import Principal
 from hatchway.store.db import Database
 from hatchway.store.tables import RequestLog
 
 PROBE_SECONDS = 5.0
 _RECENT_RECORDS = 300
-
-
-@dataclass(frozen=True, slots=True)
-class ConfiguredServer:
-    source: str
-    """``rule:<name>`` or ``agent:<name>``."""
-    server: McpServerConfig
-
-
-def configured_servers(settings: Settings) -> list[ConfiguredServer]:
-    """Every server of every plugin named in hatchway.yaml, with where it is bound."""
-    found: list[ConfiguredServer] = []
-    plugins: dict[str, PluginConfig] = {}
-    bindings = [(f"rule:{r.name}", r.plugin) for r in settings.routing_rules]
-    bindings += [(f"agent:{a.name}", a.plugin) for a in settings.agents if a.plugin]
-    for source, name in bindings:
-        path = str(settings.resolve_path(name))
-        if path not in plugins:
-            try:
-                plugins[path] = load_plugin(path)
-            except ConfigError:
-                continue  # the gateway refused to start with a broken one; a file edited since is skipped
-        found.extend(ConfiguredServer(source, s) for s in plugins[path].mcp_servers)
-    return found
 
 
 def public_location(server: McpServerConfig) -> str:
@@ -66,8 +43,10 @@ def public_location(server: McpServerConfig) -> str:
 class McpServerReport:
     """Builds ``GET /v1/mcp/servers`` for one organisation."""
 
-    def __init__(self, settings: Settings, pool: McpServerPool, credentials: Any, db: Database) -> None:
-        self.servers = configured_servers(settings)
+    def __init__(
+        self, plugins: ConfiguredPlugins, pool: McpServerPool, credentials: Any, db: Database
+    ) -> None:
+        self.servers = plugins.servers()
         self.pool = pool
         self.credentials = credentials
         self.db = db
@@ -97,7 +76,7 @@ class McpServerReport:
         )
         await listing.forget()  # a probe asks the server itself, not the shared listing
         try:
-            await self.credentials.authorize(server, ctx, trusted=True)
+            await self.credentials.authorize(server, requester_of(ctx), trusted=True)
             tools = await client.list_tools(server, ctx)
         except HatchwayError as exc:
             return {"reachable": False, "tools": None, "error": ctx.redact(exc.message)}

@@ -20,8 +20,12 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _ROUND_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50)
 _MAX_LABEL_VALUES = 200
+LIMITS_FAILURES = (("admit", "admitted"), ("admit", "refused"), ("settle", "deferred"))
+"""``hatchway_limits_redis_failures_total``'s ``step`` and ``outcome`` (``limits/repairs.py``)."""
 OTHER = "other"
 INLINE = "inline"
+HOSTED = "hatchway"
+"""The server label of the gateway's own tools (``spawn_subagent``)."""
 
 
 class BoundedLabel:
@@ -60,8 +64,12 @@ class Metrics:
         *,
         known_models: Iterable[str] = (),
         providers: Iterable[str] = (),
+        servers: Iterable[str] = (),
     ) -> None:
         self.known_models = frozenset(known_models)
+        self.servers = frozenset(servers) | {HOSTED}
+        """The configured MCP servers' ids (and the gateway's own tools'): a tool is labelled by its
+        name only when its call was resolved to one of them."""
         self.providers = frozenset(providers)
         self.registry = registry or CollectorRegistry(auto_describe=True)
         r = self.registry
@@ -150,6 +158,15 @@ class Metrics:
             "Queued background responses enqueued again because their job was missing from Redis.",
             registry=r,
         )
+        self.limits_redis_failures = Counter(
+            "hatchway_limits_redis_failures",
+            "Calls of the limits to Redis that failed (refused, timed out, an error), by step and what "
+            "was done: a request admitted unchecked or refused (limits.on_redis_failure), a settle deferred.",
+            ["step", "outcome"],
+            registry=r,
+        )
+        for step, outcome in LIMITS_FAILURES:  # every series exported from the start, at 0
+            self.limits_redis_failures.labels(step, outcome)
         self._model = BoundedLabel()
         self._tool = BoundedLabel()
         self._server = BoundedLabel()
@@ -167,6 +184,17 @@ class Metrics:
             self._http_children[key] = children
         children[0].inc()
         children[1].observe(seconds)
+
+    def _tool_labels(self, step: dict[str, Any], inline: bool) -> tuple[str, str]:
+        """(server, tool) of a tool step: an inline plugin's are ``inline``; a name a model or an
+        endpoint's caller made up (not resolved to a configured server, or refused as unknown) is
+        ``other``, so no caller spends the label budget another organisation's real tools need."""
+        if inline:
+            return INLINE, INLINE
+        server = step.get("server")
+        if server not in self.servers or step.get("error_code") == "unknown_tool":
+            return OTHER, OTHER
+        return self._server(server), self._tool(str(step.get("tool") or step.get("name") or ""))
 
     def observe_record(self, record: Record) -> None:
         """One run's record: counts, latency, rounds, tokens, cost and its tool calls."""
@@ -192,8 +220,7 @@ class Metrics:
                     child(self.guard_findings, finding["detector"], finding["kind"], finding["action"]).inc()
             if step.get("type") != "tool_call":
                 continue
-            server = INLINE if inline else self._server(step.get("server"))
-            tool = INLINE if inline else self._tool(str(step.get("tool") or step.get("name") or ""))
+            server, tool = self._tool_labels(step, inline)
             child(self.tool_calls, server, tool, str(step.get("outcome") or "ok")).inc()
             if step.get("cached"):
                 child(self.tool_cache_hits, server, tool).inc()
@@ -211,6 +238,10 @@ class Metrics:
 
     def records_replayed(self, count: int) -> None:
         self.run_records_replayed.inc(count)
+
+    def limits_redis_failed(self, step: str, outcome: str) -> None:
+        """The limits' tally of Redis failures (``limits/repairs.py`` ``Failures``)."""
+        self.limits_redis_failures.labels(step, outcome).inc()
 
     def responses_requeued_by(self, count: int) -> None:
         """The requeue pass's tally (``responses/requeue.py``)."""

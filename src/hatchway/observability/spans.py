@@ -16,7 +16,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from hatchway.engine.context import RunContext
-from hatchway.engine.items import FunctionCall, Item, ToolSpec
+from hatchway.engine.items import FunctionCall, Item, ToolSpec, Usage
 from hatchway.engine.providers.base import ModelProvider, ModelRequest, ModelResponse, StreamDone, StreamEvent
 from hatchway.engine.tools.base import RunPreamble, ToolResult, Toolset
 
@@ -32,6 +32,9 @@ class TracedProvider(ModelProvider):
         self.id = inner.id
         self.tracer = tracer
         self.parent = parent
+
+    def estimate_cost(self, model: str, usage: Usage) -> float | None:
+        return self.inner.estimate_cost(model, usage)
 
     def _start(self, req: ModelRequest, streaming: bool) -> Span:
         return self.tracer.start_span(

@@ -24,13 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from hatchway.config.headers import NEVER_FORWARDED
 from hatchway.config.settings import Settings
-from hatchway.engine.context import Principal, RunContext
-from hatchway.engine.limit_scopes import Requester
-from hatchway.engine.limits import Limiter
-from hatchway.engine.tools.mcp.forwarding import NEVER_FORWARDED
+from hatchway.engine.context import RunContext
 from hatchway.errors import HatchwayError, NotFound, Unavailable
-from hatchway.responses.runs import ROUTE, ResponseRunner, error_object
+from hatchway.limits.limiter import Admission, Limiter
+from hatchway.limits.scopes import Requester
+from hatchway.principal import Principal
+from hatchway.responses.runs import ROUTE, ResponseRunner, admit_response, error_object
 from hatchway.responses.store import (
     ResponseEnding,
     ResponseJob,
@@ -95,16 +96,22 @@ class Background:
 
     # -- the accepting replica ---------------------------------------------------------------------
 
-    async def enqueue(self, body: CreateResponseRequest, ctx: RunContext) -> dict[str, Any]:
-        """Check, store and queue a background response; the Response object as created (``queued``).
+    async def enqueue(
+        self, body: CreateResponseRequest, ctx: RunContext, body_bytes: int = 0
+    ) -> tuple[dict[str, Any], Admission]:
+        """Admit, check, store and queue a background response; the Response object as created
+        (``queued``) and its admission.
 
-        The run is checked as planning would check it (a bad model, plugin or secret is a 4xx now)
-        but planned by the worker that runs it, which also records it; if Redis refuses the job,
-        the response fails (never left queued) and the caller gets 503.
+        It is admitted to the limits under its own id, so the worker that runs it — on any replica —
+        takes its hold over and gives it back when it ends (``_run``). The run is checked as planning
+        would check it (a bad model, plugin or secret is a 4xx now) but planned by the worker that
+        runs it, which also records it; if Redis refuses the job, the response fails (never left
+        queued), its hold is given back here, and the caller gets 503.
         """
         assert self.queue is not None
         runner = self.runner
         async with runner.open_scope(body, ctx) as scope:
+            admission = await admit_response(scope, body, body_bytes, lease=scope.response_id)
             accepted = await runner.accept(body, ctx)
             await runner.planner.check(body.model, ctx)
             record = await runner.store_queued(body, ctx, accepted, await self._job(body, ctx))
@@ -116,7 +123,7 @@ class Background:
                 await runner.store.finish(record.id, ResponseEnding(status="failed", output=[], error=error))
                 raise Unavailable(ENQUEUE_FAILED) from None
             scope.hand_off()
-        return response_object(record, [])
+        return response_object(record, []), admission
 
     async def _job(self, body: CreateResponseRequest, ctx: RunContext) -> ResponseJobRecord:
         assert ctx.response_id is not None
@@ -185,8 +192,6 @@ class Background:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             raise
-        finally:
-            await self._give_back(record.id, body, ctx)
 
     async def give_back(self, record: ResponseRecord) -> None:
         """Free what a queued response held of the limits (its slots, under its id) when it ends
@@ -196,14 +201,9 @@ class Background:
             ctx = await self._context(record, job)
         except HatchwayError:
             return  # its slots free themselves when their lease expires
-        await self._give_back(record.id, CreateResponseRequest.model_validate({**job.body, "input": []}), ctx)
-
-    async def _give_back(self, response_id: str, body: CreateResponseRequest, ctx: RunContext) -> None:
-        """The accepting replica admitted the response with its id as the lease (``api/responses.py``);
-        whoever ends it settles it, with what its run tree used."""
+        body = CreateResponseRequest.model_validate({**job.body, "input": []})
         who = Requester.of(ctx.principal, ctx.on_behalf_of, body.model, background=True)
-        held = self.limits.held(who, response_id)
-        await self.limits.settle(held, ctx.run.tree_usage().total_tokens, ctx.run.tree_cost())
+        await self.limits.settle(await self.limits.held(who, record.id), 0, 0.0)  # it used nothing
 
     async def _run(self, body: CreateResponseRequest, ctx: RunContext, record: ResponseRecord) -> None:
         scopes = self.runner.scopes
@@ -212,6 +212,9 @@ class Background:
         )
         try:
             async with scope:
+                # The accepting replica admitted it under its id (``enqueue``): its hold is this run's.
+                who = Requester.of(ctx.principal, ctx.on_behalf_of, body.model, background=True)
+                await scope.hold(who, record.id)
                 run = await self.runner.restore(body, scope, record)
                 await self.runner.run_background(run)
         except HatchwayError:

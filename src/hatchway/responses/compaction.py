@@ -16,8 +16,10 @@ from collections.abc import Callable
 from typing import Any
 
 from hatchway.engine.compaction import COMPACTION_PURPOSE, opened_summary, sealed_payload, summarise
+from hatchway.engine.items import output_sources
 from hatchway.engine.loop import RunResult
 from hatchway.engine.providers.routing import ResolvedModel
+from hatchway.engine.run_log import ModelCallStep, StepTokens
 from hatchway.errors import DecryptionError, InvalidRequest
 from hatchway.ids import new_id
 from hatchway.responses.items import item_of, wire_message
@@ -33,7 +35,8 @@ async def open_compactions(vault: Vault, org_id: str, records: list[dict[str, An
             try:
                 blob = base64.urlsafe_b64decode(record["encrypted_content"].encode())
                 payload = await vault.open_blob(org_id, blob, purpose=COMPACTION_PURPOSE)
-                record = {**record, "summary": opened_summary(payload)}
+                summary, tainted_by = opened_summary(payload)
+                record = {**record, "summary": summary, "tainted_by": tainted_by}
             except (binascii.Error, ValueError, DecryptionError):
                 raise InvalidRequest(
                     f"input[{i}].encrypted_content: this compaction item was not made for this organisation "
@@ -57,25 +60,24 @@ async def compact(
     users = [r for r in records if r["type"] == "message" and r["role"] == "user"]
     rest = [r for r in records if not (r["type"] == "message" and r["role"] == "user")]
     summary, result = "", RunResult()
+    summarised = [item_of(r) for r in rest]
     if rest:
         started, started_at = time.monotonic(), time.time()
-        compaction = await summarise(model(), [item_of(r) for r in rest], instructions)
+        compaction = await summarise(model(), summarised, instructions)
         summary = compaction.summary
         result.rounds = 1
         result.usage.add(compaction.usage)
         result.steps.append(
-            {
-                "type": "model_call",
-                "round": 1,
-                "started_at_ms": round(started_at * 1000, 1),
-                "duration_ms": round((time.monotonic() - started) * 1000, 3),
-                "outcome": "ok",
-                "prompt_tokens": compaction.usage.prompt_tokens,
-                "completion_tokens": compaction.usage.completion_tokens,
-                "cost_usd": compaction.usage.cost,
-            }
+            ModelCallStep(
+                round=1,
+                started_at_ms=round(started_at * 1000, 1),
+                duration_ms=round((time.monotonic() - started) * 1000, 3),
+                tokens=StepTokens.of(compaction.usage),
+            )
         )
-    sealed = await vault.seal_blob(org_id, sealed_payload(summary), purpose=COMPACTION_PURPOSE)
+    sealed = await vault.seal_blob(
+        org_id, sealed_payload(summary, output_sources(summarised)), purpose=COMPACTION_PURPOSE
+    )
     item = {"id": new_id("cmp"), "type": "compaction", "encrypted_content": _encode(sealed)}
     payload = {
         "id": new_id("cmpresp"),

@@ -63,7 +63,8 @@ def item_of(record: dict[str, Any]) -> Item:
     if kind == "message":
         return Message(role=record["role"], content=record["content"], id=record["id"])
     if kind == "compaction":  # opened when it arrived (see responses/compaction.py)
-        return Message(role="system", content=SUMMARY_PREFIX + record["summary"], id=record["id"])
+        summary, tainted_by = SUMMARY_PREFIX + record["summary"], tuple(record.get("tainted_by") or ())
+        return Message(role="system", content=summary, id=record["id"], tainted_by=tainted_by)
     if kind == "function_call":
         name = record.get("model_name") or record["name"]  # a namespaced call: the name the model saw
         return FunctionCall(

@@ -1,7 +1,8 @@
 """The queue of background responses: SAQ on Redis, one job per response, keyed by its id.
 
 A job carries two ids (organisation and response), nothing else: the request is in the database.
-The job's key is the response id, so enqueueing twice is harmless and any replica can abort it.
+The job's key is the response id, so enqueueing twice is harmless and any replica can abort it; a
+key whose job has ended (failed, complete, aborted) takes a new job.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 
-from saq.job import Job, Status
+from saq.job import TERMINAL_STATUSES, Job, Status
 from saq.queue.redis import RedisQueue
 
 from hatchway.config.settings import Settings
@@ -42,10 +43,10 @@ class ResponseQueue:
             await self.queue.connect()
             self._connected = True
 
-    async def enqueue(self, org_id: str, response_id: str) -> None:
-        """Queue the run of a stored ``queued`` response."""
+    async def enqueue(self, org_id: str, response_id: str) -> bool:
+        """Queue the run of a stored ``queued`` response; False if its job is open (or being aborted)."""
         await self.connect()
-        await self.queue.enqueue(
+        job = await self.queue.enqueue(
             RUN_RESPONSE,
             key=response_id,
             org_id=org_id,
@@ -55,6 +56,7 @@ class ResponseQueue:
             retries=self.settings.max_attempts,
             ttl=_FINISHED_JOB_TTL_SECONDS,
         )
+        return job is not None
 
     async def abort(self, response_id: str) -> bool:
         """Take a queued job off the queue, or tell the worker running it to stop; False if none is open."""
@@ -68,6 +70,14 @@ class ResponseQueue:
         """The job of ``response_id`` as SAQ stores it (for health checks and tests)."""
         await self.connect()
         return await self.queue.job(response_id)
+
+    async def stranding(self, response_id: str) -> str | None:
+        """Why the job of a ``queued`` response will not run it — ``missing`` (Redis lost it), or how
+        it ended (``failed``, ``complete``, ``aborted``) — or None while it waits or runs."""
+        job = await self.job(response_id)
+        if job is None:
+            return "missing"
+        return job.status.value if job.status in TERMINAL_STATUSES else None
 
     async def workers(self) -> int:
         """How many workers (replicas and ``hatchway worker`` processes) reported in lately."""

@@ -1,10 +1,13 @@
-"""Queued responses whose job Redis lost are queued again.
+"""Queued responses whose job will not run them are queued again.
 
 A Redis restart without its data (no persistence) drops every job while the database still holds
-each response as ``queued`` with its stored request. Every process with the queue checks, each lease
-heartbeat, a batch of queued responses older than ``background.requeue_after_seconds`` and enqueues
-again those whose job is missing (same key, so a job that exists is never doubled). A response
-stranded by a Redis loss is queued again within ``requeue_after_seconds`` plus one heartbeat.
+each response as ``queued`` with its stored request; a job can also end — given up after
+``background.max_attempts`` takes, or done — and be kept by SAQ (for ten minutes) while its response
+is still ``queued``. Every process with the queue checks, each lease heartbeat, a batch of queued
+responses older than ``background.requeue_after_seconds`` and enqueues again those whose job is
+missing or ended (same key, so a job that waits or runs is never doubled; a response runs only if
+its worker moves it from ``queued`` to ``in_progress``, so it never runs twice). A stranded response
+is queued again within ``requeue_after_seconds`` plus one heartbeat.
 """
 
 from __future__ import annotations
@@ -31,14 +34,17 @@ Requeued = Callable[[int], None]
 async def requeue_stranded(
     store: ResponseStore, queue: ResponseQueue, *, after_seconds: float, requeued: Requeued | None = None
 ) -> int:
-    """One pass: enqueue again the stale queued responses whose job is gone; returns how many."""
+    """One pass: enqueue again the stale queued responses whose job is gone or ended; returns how many."""
     count = 0
     for org_id, response_id in await store.stale_queued(after_seconds, BATCH):
-        if await queue.job(response_id) is not None:
-            continue
-        await queue.enqueue(org_id, response_id)
+        stranding = await queue.stranding(response_id)
+        if stranding is None or not await queue.enqueue(org_id, response_id):
+            continue  # its job waits or runs (or another process just queued it again)
         logger.warning(
-            "background response %s had no job on the queue (Redis lost it): queued again", response_id
+            "background response %s was still queued but its job was %s%s: queued again",
+            response_id,
+            stranding,
+            " (Redis lost it)" if stranding == "missing" else "",
         )
         count += 1
     if count and requeued is not None:

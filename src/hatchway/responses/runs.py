@@ -15,12 +15,14 @@ from typing import Any
 from hatchway.engine.context import RunContext
 from hatchway.engine.items import FunctionCall, Item
 from hatchway.engine.loop import AgentLoop, RunFinished, RunResult, ToolCallFinished
-from hatchway.engine.plan import Planner, PlanRequest
+from hatchway.engine.plan import Planner, RunRequest
 from hatchway.engine.run import CLIENT_GONE, RunScope, RunScopes
 from hatchway.engine.tools.base import ToolResult
 from hatchway.engine.tools.subagents import ChildRequest, ChildResult
 from hatchway.errors import HatchwayError, InternalError, ProviderStatusError
 from hatchway.ids import new_id
+from hatchway.limits.limiter import Admission
+from hatchway.limits.scopes import CostEstimate, Requester, reserved_tokens
 from hatchway.responses.chain import (
     check_call_outputs,
     close_unanswered,
@@ -227,23 +229,22 @@ class ResponseRunner:
         self, body: CreateResponseRequest, scope: RunScope, records: list[dict[str, Any]]
     ) -> tuple[list[Item], AgentLoop]:
         """The conversation for the model and the loop (history + input records)."""
-        request = PlanRequest(
+        request = RunRequest(
             model=body.model,
+            items=[item_of(r) for r in records],
+            instructions=body.instructions,
+            client_tools=body.client_tools(),
+            tool_choice=body.upstream_tool_choice(),
+            parallel_tool_calls=body.parallel_tool_calls,
+            params=body.upstream_params(),
             children=self,
             max_tool_calls=body.max_tool_calls,
             # A response's output keeps the messages of its tool rounds, and its stream shows each
             # gateway call as an mcp_call item: the text of those rounds streams too, in order.
             stream_tool_round_text=True,
         )
-        plan = await self.planner.plan(request, scope.ctx, scope)
-        conversation = plan.conversation([item_of(r) for r in records], body.instructions)
-        loop = plan.agent_loop(
-            client_tools=body.client_tools(),
-            tool_choice=body.upstream_tool_choice(),
-            parallel_tool_calls=body.parallel_tool_calls,
-            params=body.upstream_params(),
-        )
-        return conversation, loop
+        prepared = await self.planner.prepare(request, scope)
+        return prepared.conversation, prepared.loop
 
     # -- start as a task --------------------------------------------------------------------------
 
@@ -255,18 +256,20 @@ class ResponseRunner:
         *,
         local_history: list[dict[str, Any]] | None = None,
         error_events: bool = True,
+        body_bytes: int = 0,
     ) -> StartedRun:
         """Run a response as a task of this process (a stream, a WebSocket turn, a background response
-        without the job queue) and return once it is prepared and its first events are out.
+        without the job queue) and return once it is admitted, prepared and its first events are out.
 
-        The whole run — preparation included — happens in the task, inside its scope, so it ends
-        and is recorded however it ends. A bad request raises here (4xx), as ``prepare`` would.
+        The whole run — admission and preparation included — happens in the task, inside its scope,
+        so it ends, is recorded and gives its hold on the limits back however it ends. A bad request
+        raises here (4xx), as ``prepare`` would, and so does a refusal of the limits (429).
         """
         scope = self.open_scope(body, ctx)
         events = EventLog()
         ready: asyncio.Future[tuple[ResponseRun, dict[str, Any]]] = asyncio.get_running_loop().create_future()
         assert scope.response_id is not None
-        run_task = self._run_task(body, scope, events, ready, local_history, error_events)
+        run_task = self._run_task(body, scope, events, ready, local_history, error_events, body_bytes)
         task = tasks.spawn(scope.response_id, run_task, attachment=events)
         try:
             run, snapshot = await ready
@@ -283,10 +286,12 @@ class ResponseRunner:
         ready: asyncio.Future[tuple[ResponseRun, dict[str, Any]]],
         local_history: list[dict[str, Any]] | None,
         error_events: bool,
+        body_bytes: int,
     ) -> None:
         try:
             async with scope:
                 try:
+                    await admit_response(scope, body, body_bytes)
                     run = await self.prepare(body, scope, local_history=local_history, events=events)
                 except BaseException as exc:
                     _settle(ready, exc)
@@ -411,6 +416,19 @@ class ResponseRunner:
             run = await self.prepare(body, scope, call_id=request.call_id)
             await self.execute(run)
         return ChildResult(response_id=run.record.id, output_text=output_text(run.output))
+
+
+async def admit_response(
+    scope: RunScope, body: CreateResponseRequest, body_bytes: int, *, lease: str | None = None
+) -> Admission:
+    """A response's hold on the limits, taken in its scope (settled when it closes): who asks, for
+    which model, in the background or not, reserving what its answer may use. ``lease``: a queued
+    response's own id, under which the worker that runs it takes the hold over."""
+    ctx = scope.ctx
+    who = Requester.of(ctx.principal, ctx.on_behalf_of, body.model, background=bool(body.background))
+    reserve = reserved_tokens(body.max_output_tokens, body_bytes)
+    estimate = CostEstimate.of(body.model, body.max_output_tokens, body_bytes)
+    return await scope.admit(who, reserve_tokens=reserve, estimate=estimate, lease=lease)
 
 
 def _settle(ready: asyncio.Future[Any], exc: BaseException) -> None:

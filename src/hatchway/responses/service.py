@@ -6,14 +6,15 @@ The API modules only translate HTTP, SSE and WebSocket frames to and from these 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hatchway.engine.context import RunContext
 from hatchway.errors import Conflict, InvalidRequest
+from hatchway.limits.limiter import Admission
 from hatchway.responses.background import Background
 from hatchway.responses.replay import follow
-from hatchway.responses.runs import ResponseRunner, StartedRun
+from hatchway.responses.runs import ResponseRunner, StartedRun, admit_response
 from hatchway.responses.store import ACTIVE, ResponseRecord, ResponseStore
 from hatchway.responses.wire import CreateResponseRequest, response_object
 from hatchway.tasks import TaskRegistry
@@ -21,10 +22,12 @@ from hatchway.tasks import TaskRegistry
 
 @dataclass(frozen=True, slots=True)
 class Created:
-    """A created response: the Response object to answer with, and the running task if it runs here."""
+    """A created response: the Response object to answer with, the running task if it runs here,
+    and its admission to the limits (the rate-limit headers to answer with)."""
 
     response: dict[str, Any]
     started: StartedRun | None = None
+    admission: Admission = field(default_factory=Admission)
 
 
 class Responses:
@@ -48,24 +51,38 @@ class Responses:
     def store(self) -> ResponseStore:
         return self.runner.store
 
-    async def create(self, body: CreateResponseRequest, ctx: RunContext) -> Created:
-        """Run a response as its request asks: to its end, streamed, in the background or queued."""
+    async def create(self, body: CreateResponseRequest, ctx: RunContext, *, body_bytes: int = 0) -> Created:
+        """Run a response as its request asks: to its end, streamed, in the background or queued.
+
+        Each is admitted to the limits in its own scope, which gives the hold back when it ends (a
+        queued one's, when the worker that runs it ends it); ``body_bytes`` sizes its reservation."""
         if self.background.queues(body):
-            return Created(await self.background.enqueue(body, ctx))
+            response, admission = await self.background.enqueue(body, ctx, body_bytes)
+            return Created(response, admission=admission)
         if body.background or body.stream:
-            started = await self.runner.start(body, ctx, self.tasks)
-            return Created(started.snapshot, started)
+            started = await self.runner.start(body, ctx, self.tasks, body_bytes=body_bytes)
+            return Created(started.snapshot, started, started.run.scope.admission)
         async with self.runner.open_scope(body, ctx) as scope:
-            run = await self.runner.prepare(body, scope)
-            await self.runner.execute(run)
-        return Created(run.snapshot())
+            assert scope.response_id is not None
+            with self.tasks.current(scope.response_id):  # its lease renewed while it runs, however long
+                admission = await admit_response(scope, body, body_bytes)
+                run = await self.runner.prepare(body, scope)
+                await self.runner.execute(run)
+        return Created(run.snapshot(), admission=admission)
 
     async def start_turn(
-        self, body: CreateResponseRequest, ctx: RunContext, local_history: list[dict[str, Any]] | None
+        self,
+        body: CreateResponseRequest,
+        ctx: RunContext,
+        local_history: list[dict[str, Any]] | None,
+        *,
+        body_bytes: int = 0,
     ) -> StartedRun:
         """A WebSocket turn: streamed, where an ``error`` event would end the turn (``response.failed``
         carries a failure instead)."""
-        return await self.runner.start(body, ctx, self.tasks, local_history=local_history, error_events=False)
+        return await self.runner.start(
+            body, ctx, self.tasks, local_history=local_history, error_events=False, body_bytes=body_bytes
+        )
 
     async def get(self, org_id: str, response_id: str) -> ResponseRecord:
         return await self.store.get(org_id, response_id)

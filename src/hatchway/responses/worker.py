@@ -5,26 +5,42 @@ whose worker died stops being touched, and the next sweep (any worker's) retries
 ``background.max_attempts`` takes, gives it up. What a retry does is the run's business
 (``responses/background.py``): a response still ``queued`` is run; one that had started is never
 run twice — its lease lapses and it ends ``failed``.
+
+A take that finds the database unreachable is not the job's failure but an outage: it is not counted
+against ``max_attempts``, and the job goes back on the queue after a backoff (jittered, doubling
+from a second with each take, at most ``background.requeue_after_seconds`` and 60 s), so a blip
+spends no attempt however many jobs meet it. The backoff is waited out inside the take, its heartbeat going
+on, and the job then retried at once. (SAQ's own ``retry_delay`` would queue it again on the
+scheduler's tick, which the sweep often shares, and the sweep takes a job that a worker is just
+starting for a stuck one and aborts it.)
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from saq import Worker
 from saq.job import Job
+from saq.utils import exponential_backoff
 
 from hatchway.config.background import BackgroundSettings
+from hatchway.errors import Unavailable
 from hatchway.responses.queue import RUN_RESPONSE, ResponseQueue
+from hatchway.store.db import DATABASE_UNAVAILABLE, database_unreachable
 
 logger = logging.getLogger(__name__)
 
+_HEARTBEAT_STOP_SECONDS = 1.0
+"""How long a finished take waits for its heartbeat to stop before it lets its job go."""
+
 RunQueued = Callable[[str, str], Awaitable[None]]
 """``run(org_id, response_id)``: run one queued response to its end (or return if it is not queued)."""
+_FIRST_BACKOFF_SECONDS = 1.0
+_MAX_BACKOFF_SECONDS = 60.0
+"""SAQ's job timeout is longer than this (``responses/queue.py``): a backoff never outlasts the take."""
 
 
 class _HostedWorker(Worker):  # type: ignore[type-arg]
@@ -46,6 +62,7 @@ class ResponseWorker:
         self.queue = queue
         self._run = run
         self._beat = max(settings.heartbeat_seconds / 4, 0.25)
+        self._max_backoff = min(float(settings.requeue_after_seconds), _MAX_BACKOFF_SECONDS)
         self.worker = _HostedWorker(
             queue.queue,
             [(RUN_RESPONSE, self._job)],
@@ -83,10 +100,30 @@ class ResponseWorker:
         heartbeat = asyncio.create_task(self._heartbeat(job), name=f"heartbeat:{response_id}")
         try:
             await self._run(org_id, response_id)
+        except Exception as exc:
+            if not database_unreachable(exc):
+                raise
+            await self._put_back(job, response_id, exc)
+            raise Unavailable(DATABASE_UNAVAILABLE.message, code=DATABASE_UNAVAILABLE.code) from None
         finally:
             heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
+            # Not awaited unbounded: a touch caught mid-command in Redis's client can take the
+            # cancellation late, and the job (the worker's only slot, at concurrency 1) waited on it
+            # until shutdown — its retry never queued (seen after a database outage, 1 run in 6).
+            await asyncio.wait({heartbeat}, timeout=_HEARTBEAT_STOP_SECONDS)
+
+    async def _put_back(self, job: Job, response_id: str, exc: Exception) -> None:
+        """An outage: give SAQ's count this take back, and wait out the backoff before its retry."""
+        job.retries += 1  # set first: a shutdown during the wait retries the job uncounted too
+        delay = exponential_backoff(job.attempts, _FIRST_BACKOFF_SECONDS, self._max_backoff)
+        logger.warning(
+            "background response %s: the database is unreachable (%s); its job goes back on the queue "
+            "in %.1f s, this take not counted",
+            response_id,
+            type(exc).__name__,
+            delay,
+        )
+        await asyncio.sleep(delay)
 
     async def _heartbeat(self, job: Job) -> None:
         while True:

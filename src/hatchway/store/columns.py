@@ -56,7 +56,7 @@ def fit_row(table: Table, source: Mapping[str, Any] | object, *, deep: bool = Fa
     if deep:
         for key, _, json_column in _plan(table):
             if json_column and row[key] is not None:
-                row[key] = _clean_json(row[key])
+                row[key] = clean_json(row[key])
     return row
 
 
@@ -152,7 +152,7 @@ def _coercion(kind: Any) -> tuple[Fit, Any]:
     if isinstance(kind, DateTime):
         return _datetime, None
     if isinstance(kind, JSON):
-        return _clean_json, None
+        return clean_json, None
     return _same, None
 
 
@@ -173,7 +173,7 @@ def _text(value: Any, *, length: int | None) -> str | None:
         if isinstance(value, bytes):
             value = value.decode("utf-8", "replace")
         elif isinstance(value, dict | list | tuple):
-            value = orjson.dumps(_clean_json(value), option=orjson.OPT_NON_STR_KEYS).decode()
+            value = orjson.dumps(clean_json(value), option=orjson.OPT_NON_STR_KEYS).decode()
         else:
             value = str(value)
     return clean_text(value, length)
@@ -217,7 +217,7 @@ def _datetime(value: Any) -> datetime | None:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
-def _clean_json(value: Any) -> Any:
+def clean_json(value: Any) -> Any:
     """``value`` rebuilt from what JSON holds, every string cleaned; anything else as its string."""
     if isinstance(value, str):
         return clean_text(value)
@@ -228,9 +228,9 @@ def _clean_json(value: Any) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {clean_text(str(k)): _clean_json(v) for k, v in value.items()}
+        return {clean_text(str(k)): clean_json(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_clean_json(v) for v in value]
+        return [clean_json(v) for v in value]
     if isinstance(value, date):
         return value.isoformat()
     return clean_text(str(value))

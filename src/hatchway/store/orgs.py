@@ -10,9 +10,9 @@ import time
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from hatchway.engine.context import Principal
 from hatchway.errors import AuthenticationError, Conflict, NotFound
 from hatchway.ids import new_id
+from hatchway.principal import Principal
 from hatchway.store.db import Database
 from hatchway.store.tables import ApiKey, Organization
 

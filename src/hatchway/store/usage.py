@@ -7,11 +7,13 @@ record of its own, with its own cost).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, func, select
+import orjson
+from sqlalchemy import JSON, Select, case, func, literal, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from hatchway.store.db import Database
@@ -143,14 +145,32 @@ def usage_to_dict(report: UsageReport, query: UsageQuery) -> dict[str, Any]:
 
 
 async def spent_since(
-    db: Database, org_id: str, since: datetime, group: str | None = None, name: str | None = None
+    db: Database,
+    org_id: str,
+    since: datetime,
+    group: str | None = None,
+    name: str | None = None,
+    excluded: Sequence[str] = (),
 ) -> float:
     """USD of an organisation's records since ``since`` (of one key, end user or agent: ``group`` of
-    ``USAGE_GROUPS`` and its value): where a budget's count starts (``engine/budgets.py``)."""
-    where = [RequestLog.org_id == org_id, RequestLog.created_at >= since]
+    ``USAGE_GROUPS`` and its value), but those whose id is ``excluded``: where a budget's count
+    starts (``limits/budgets.py``)."""
+    # A record of a negative cost (written before upstreams' usage was validated) is no credit.
+    where = [RequestLog.org_id == org_id, RequestLog.created_at >= since, RequestLog.cost_usd > 0]
     if group is not None:
         where.append(USAGE_GROUPS[group] == name)
+    if excluded:
+        where.append(RequestLog.id.not_in(_listed(db, excluded)))
     async with db.session() as s:
         return float(
             await s.scalar(select(func.coalesce(func.sum(RequestLog.cost_usd), 0.0)).where(*where)) or 0.0
         )
+
+
+def _listed(db: Database, ids: Sequence[str]) -> Select[Any]:
+    """``ids`` as a subquery of one bound JSON array, however many they are (no bind-parameter limit)."""
+    if db.engine.dialect.name == "sqlite":
+        values = func.json_each(orjson.dumps(list(ids)).decode()).table_valued("value")
+    else:
+        values = func.json_array_elements_text(literal(list(ids), JSON)).table_valued("value")
+    return select(values.c.value)

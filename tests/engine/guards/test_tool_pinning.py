@@ -236,7 +236,7 @@ def test_a_drifted_tool_is_withheld_from_the_gateways_own_mcp_endpoint_too(
     )
     assert "ops__add" in tools and POISON not in json.dumps(tools)
     refused = asyncio.run(session(lambda client: client.call_tool("ops__echo", {"text": "x"})))
-    assert refused.is_error and "No tool named" in str(refused.content)
+    assert refused.is_error and "tool_withheld" in str(refused.content)  # never another server's
     [diff] = json.loads(_cli(gateway, "tools", "diff", "--json"))
     assert (diff["server"], diff["tool"], diff["change"]) == ("ops", "echo", "drifted")
 

@@ -7,9 +7,11 @@ import mcp_types as types
 import pytest
 
 from hatchway.config.plugin import McpServerConfig
-from hatchway.engine.context import Principal, RunContext
+from hatchway.engine.context import RunContext
+from hatchway.engine.run_log import ListToolsStep, ToolDriftStep
 from hatchway.engine.tools.mcp.pinning import ToolPinning
-from hatchway.observability.redaction import Redactor
+from hatchway.principal import Principal
+from hatchway.redaction import Redactor
 from hatchway.store.db import Database
 from hatchway.store.orgs import OrgStore
 from hatchway.store.tool_pins import ToolPins
@@ -44,11 +46,11 @@ async def test_an_organisation_at_its_pin_cap_gets_new_servers_tools_withheld(da
         assert [t.name for t in first] == ["x", "y"]  # pinned on first sight
         # Two more tools would pass the cap: not pinned, and withheld under block (inline plugins)…
         assert await pinning.admitted(_server("b"), [_tool("p"), _tool("q")], ctx, trusted=False) == []
-        assert {(d["server"], d["tool"], d["change"]) for d in ctx.run.tool_drift} == {
+        assert {(d.server, d.tool, d.change) for d in ctx.run.reported(ToolDriftStep)} == {
             ("b", "p", "unpinned"),
             ("b", "q", "unpinned"),
         }
-        assert "max_tool_pins_per_organisation" in ctx.run.listing_failures[0].message
+        assert "max_tool_pins_per_organisation" in (ctx.run.reported(ListToolsStep)[0].error or "")
         # …kept under warn; either way the store holds no more than the cap.
         kept = await pinning.admitted(_server("c"), [_tool("p"), _tool("q")], ctx, trusted=True)
         assert len(kept) == 2

@@ -8,10 +8,13 @@ namespaced as in the loop (``<server>__<tool>``), in a deterministic order, and 
 the gateway's own MCP client: the pool, the vault's credentials (never the MCP client's: no token
 passthrough), per-user OAuth for ``X-On-Behalf-Of``, retries, redaction.
 
-What an endpoint serves, and how, is ``endpoint.py``'s; operations and their confirmation through
-MCP are ``operations.py``'s; an upstream's requests for input put to the client, ``relay.py``'s.
-This module is the ASGI side: authentication, the DNS-rebinding checks (``Host``/``Origin``, by the
-SDK's transport security against ``mcp_allowed_hosts``/``mcp_allowed_origins``), routing by name.
+What an endpoint serves, and how, is the MCP server service's (``hatchway/mcp_server``: the endpoint,
+its operations, the relay of input requests, the passthrough of resources and prompts). This package
+is the ASGI side: authentication (a key, or an OAuth access token: ``oauth.py``), the DNS-rebinding
+checks (``Host``/``Origin``, by the SDK's transport security against
+``mcp_allowed_hosts``/``mcp_allowed_origins``), routing a request to its endpoint by name, and the
+protected resource metadata route. It builds each endpoint here, given its collaborators
+(``EndpointDeps``), never the ``Gateway``.
 """
 
 from __future__ import annotations
@@ -34,13 +37,20 @@ from starlette.types import Receive, Scope, Send
 
 from hatchway.api.auth import bearer_token
 from hatchway.api.errors import error_response
-from hatchway.api.mcp_endpoints.endpoint import END_USER, PRINCIPAL, SESSION_IDLE_SECONDS, Endpoint
-from hatchway.api.mcp_endpoints.oauth import METADATA_PREFIX, TokenRejected
-from hatchway.api.mcp_endpoints.operations import EndpointOperations
-from hatchway.config.plugin import load_plugin
+from hatchway.api.mcp_endpoints.oauth import METADATA_PREFIX, ResourceServer, TokenRejected
 from hatchway.config.settings import Settings
-from hatchway.engine.context import Principal, RunContext
+from hatchway.engine.context import RunContext
 from hatchway.errors import HatchwayError, NotFound, PermissionDenied
+from hatchway.mcp_server.endpoint import (
+    ARRIVED,
+    END_USER,
+    PRINCIPAL,
+    SESSION_IDLE_SECONDS,
+    Endpoint,
+    EndpointDeps,
+)
+from hatchway.mcp_server.operations import EndpointOperations
+from hatchway.principal import Principal
 from hatchway.store.orgs import KEY_PREFIX
 
 if TYPE_CHECKING:
@@ -59,23 +69,39 @@ class McpEndpoints:
 
     def __init__(self, gateway: Gateway) -> None:
         settings = gateway.settings
-        self.gateway = gateway
+        self.orgs = gateway.orgs
+        """Who a key or an OAuth token's organisation is."""
         self.endpoints: dict[str, Endpoint] = {}
+        self.resource_servers: dict[str, ResourceServer] = {}
+        """The endpoints in OAuth resource-server mode: what validates their access tokens."""
         self.quota = SessionQuota()
         self.rebinding = TransportSecurityMiddleware(transport_security(settings))
-        agents = {a.name: a for a in settings.agents}
         services = gateway.planner.operations.services
         # requestState sealed by one replica opens on every other: a key of the master key's.
         state_key = hashlib.sha256(b"hatchway-mcp-request-state\0" + gateway.vault.master_key.key).digest()
         transport = transport_security(settings)
+        deps = EndpointDeps(
+            pool=gateway.mcp_pool,
+            credentials=gateway.mcp_credentials,
+            pinning=gateway.tool_pinning,
+            cache=gateway.cache,
+            scopes=gateway.scopes,
+            known_secrets=gateway.models.secrets,
+            deadline_seconds=settings.loop_deadline_seconds,
+        )
         for config in settings.mcp_endpoints:
-            source = config.plugin if config.plugin is not None else agents[config.agent or ""].plugin
-            assert source is not None
-            plugin = load_plugin(settings.resolve_path(source))
+            plugin = gateway.plugins.endpoints[config.name]
             service = services.get(config.agent) if config.agent is not None else None
             operations = EndpointOperations(service, confirm_tool=config.confirm_tool) if service else None
+            if config.oauth is not None:
+                self.resource_servers[config.name] = ResourceServer(
+                    config.name,
+                    config.oauth,
+                    base_url=settings.public_base_url,
+                    secret=gateway.vault.system_secret,
+                )
             self.endpoints[config.name] = Endpoint(
-                config, plugin, gateway, operations=operations, state_key=state_key, transport=transport
+                config, plugin, deps, operations=operations, state_key=state_key, transport=transport
             )
 
     async def serve(self) -> None:
@@ -86,6 +112,7 @@ class McpEndpoints:
             await _forever()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        arrived = time.monotonic()
         if scope["path"].startswith(METADATA_PREFIX):
             await self._metadata(scope, receive, send)
             return
@@ -106,7 +133,7 @@ class McpEndpoints:
         except HatchwayError as exc:
             response = error_response(exc)
             if exc.status_code == 401:
-                resource = endpoint.resource_server if endpoint is not None else None
+                resource = self.resource_servers.get(name)
                 invalid = "invalid_token" if isinstance(exc, TokenRejected) else None
                 challenge = 'Bearer realm="hatchway"'
                 if resource is not None:
@@ -118,7 +145,7 @@ class McpEndpoints:
             return
         scope = {
             **scope,
-            "state": {**scope.get("state", {}), PRINCIPAL: principal, END_USER: end_user},
+            "state": {**scope.get("state", {}), PRINCIPAL: principal, END_USER: end_user, ARRIVED: arrived},
             # The SDK binds a 2025-11-25 session to the credential that opened it.
             "user": _session_owner(principal, end_user),
         }
@@ -158,15 +185,15 @@ class McpEndpoints:
         on an OAuth endpoint an access token (its subject is the end user)."""
         headers = _headers(scope)
         token = bearer_token(headers.get("authorization", ""))
-        resource = endpoint.resource_server if endpoint is not None else None
+        resource = self.resource_servers.get(endpoint.config.name) if endpoint is not None else None
         if resource is None or token is None or token.startswith(KEY_PREFIX):
-            principal = await self.gateway.orgs.authenticate(token)
+            principal = await self.orgs.authenticate(token)
             # A bad X-On-Behalf-Of is the request's 400 now, not an error inside the MCP exchange.
             ctx = RunContext.from_headers(principal, headers, deadline_seconds=0)
             return principal, ctx.on_behalf_of
         found = await resource.validate(token)
         assert endpoint is not None and endpoint.config.oauth is not None
-        org = await self.gateway.orgs.get_org(endpoint.config.oauth.organisation)
+        org = await self.orgs.get_org(endpoint.config.oauth.organisation)
         return Principal(
             org_id=org.id, org_name=org.name, key_name=f"oauth:{endpoint.config.name}"
         ), found.subject
@@ -174,8 +201,7 @@ class McpEndpoints:
     async def _metadata(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``GET /.well-known/oauth-protected-resource/mcp/<name>`` of an OAuth endpoint."""
         name = scope["path"][len(METADATA_PREFIX) + len(PREFIX) :].strip("/")
-        endpoint = self.endpoints.get(name)
-        resource = endpoint.resource_server if endpoint is not None else None
+        resource = self.resource_servers.get(name)
         if resource is None or scope["method"] not in ("GET", "HEAD"):
             await error_response(NotFound(f"no OAuth-protected MCP endpoint '{name}'"))(scope, receive, send)
             return
@@ -185,8 +211,8 @@ class McpEndpoints:
     async def close(self) -> None:
         for endpoint in self.endpoints.values():
             await endpoint.listeners.close()
-            if endpoint.resource_server is not None:
-                await endpoint.resource_server.close()
+        for resource in self.resource_servers.values():
+            await resource.close()
 
 
 class SessionQuota:

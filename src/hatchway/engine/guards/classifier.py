@@ -16,6 +16,7 @@ from hatchway.engine.guards.findings import Finding
 from hatchway.engine.items import Message
 from hatchway.engine.providers.base import ModelRequest
 from hatchway.engine.providers.routing import ModelRouter
+from hatchway.engine.run_log import Outcome, SideCallStep
 
 log = logging.getLogger("hatchway.guards")
 STEP = "guard_classifier"
@@ -50,12 +51,12 @@ class Classifier:
         except Exception as exc:  # any failure of the judge is the same verdict: not judged
             reason = "timed out" if isinstance(exc, TimeoutError) else type(exc).__name__
             log.warning("guard classifier %s on a result of %s: %s", settings.model, source, reason)
-            ctx.run.side_call(STEP, None, model=settings.model, source=source, outcome="unavailable")
+            ctx.run.report(SideCallStep(STEP, settings.model, source, Outcome.UNAVAILABLE))
             return Finding("classifier", "unavailable", f"the classifier {reason}")
         answer = (response.text or "").strip()
         unsafe = self.unsafe.search(answer) is not None
-        outcome = "unsafe" if unsafe else "safe"
-        ctx.run.side_call(STEP, response.usage, model=settings.model, source=source, outcome=outcome)
+        outcome = Outcome.UNSAFE if unsafe else Outcome.SAFE
+        ctx.run.report(SideCallStep(STEP, settings.model, source, outcome, response.usage))
         if unsafe:
             # The judge's own words, cut: what it says is bounded and says why (Llama Guard: "S1").
             return Finding("classifier", "unsafe", " ".join(answer.split())[:80], text)

@@ -16,7 +16,8 @@ from hatchway.engine.guards import credentials, heuristics, pii
 from hatchway.engine.guards.classifier import Classifier
 from hatchway.engine.guards.findings import MAX_SCANNED, Finding
 from hatchway.engine.guards.spotlight import instruction, new_boundary, spotlight, spotlight_description
-from hatchway.engine.items import Message, ToolSpec
+from hatchway.engine.items import Item, Message, ToolSpec, output_sources
+from hatchway.engine.run_log import ToolDescriptionStep
 from hatchway.engine.tools.payloads import error_body
 
 _STRENGTH = {"flag": 0, "redact": 1, "confirm": 2, "block": 3}
@@ -84,7 +85,7 @@ class ToolOutputGuard:
             return spec
         action = self.settings.heuristic
         seen = Inspected(spec.description, [(f, action) for f in findings], action)
-        ctx.run.described.append({"tool": spec.name, "guard": seen.record()})
+        ctx.run.report(ToolDescriptionStep(spec.name, seen.record()))
         self._taint(f"{spec.name}'s description", ctx)
         if action == "confirm":
             ctx.run.root.confirm_always = True
@@ -95,6 +96,13 @@ class ToolOutputGuard:
         if action == "redact":
             return dataclasses.replace(spec, description=_cut(spec.description, seen.findings))
         return spec
+
+    def taint_from(self, items: list[Item], ctx: RunContext) -> None:
+        """A run given earlier tool output — a stored chain, an item reference, a compaction's
+        summary of it, a client's ``role: tool`` message or ``function_call_output`` — starts tainted
+        by those tools, as the run that first read it was: the taint travels with the data."""
+        for source in output_sources(items):
+            self._taint(f"{source} (earlier in this conversation)", ctx)
 
     def _taint(self, source: str, ctx: RunContext) -> None:
         """``source`` (a tool, a tool's description) entered the run's context: remembered on the

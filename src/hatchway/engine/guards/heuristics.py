@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+import unicodedata
 
 from hatchway.engine.guards.findings import MAX_SCANNED, Finding
 
@@ -123,6 +124,63 @@ def _matches(text: str, encoded: bool) -> list[Finding]:
     return out
 
 
+_INVISIBLE = (
+    "\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180e\u200b\u200c\u200d\u200e\u200f"
+    "\u2060\u2061\u2062\u2063\u2064\u206a\u206b\u206c\u206d\u206e\u206f\u3164\ufeff\uffa0"
+)
+"""Characters that print as nothing (zero-width spaces and joiners, soft hyphens, bidi marks…):
+dropped, so "ig\u200bnore" reads as "ignore"."""
+_LOOK_ALIKES = {
+    # Cyrillic and Greek letters drawn like the Latin ones the patterns spell with. Unicode's
+    # confusables table (its "skeleton") has thousands of entries and a per-character algorithm; the
+    # patterns here are Latin words, so the letters that can stand in for theirs are enough, folded
+    # by one str.translate in C (the heuristic's cost stays within docs/security.md's figures).
+    "а": "a", "в": "b", "е": "e", "ё": "e", "к": "k", "м": "m", "н": "h", "о": "o", "р": "p", "с": "c",
+    "т": "t", "у": "y", "х": "x", "ѕ": "s", "і": "i", "ї": "i", "ј": "j", "ԁ": "d", "ӏ": "l", "ԛ": "q",
+    "ԝ": "w", "һ": "h", "ɡ": "g", "А": "A", "В": "B", "Е": "E", "К": "K", "М": "M", "Н": "H", "О": "O",
+    "Р": "P", "С": "C", "Т": "T", "У": "Y", "Х": "X", "Ѕ": "S", "І": "I", "Ј": "J",
+    "α": "a", "ε": "e", "ι": "i", "κ": "k", "ν": "v", "ο": "o", "ρ": "p", "τ": "t", "υ": "u", "χ": "x",
+    "Α": "A", "Β": "B", "Ε": "E", "Ζ": "Z", "Η": "H", "Ι": "I", "Κ": "K", "Μ": "M", "Ν": "N", "Ο": "O",
+    "Ρ": "P", "Τ": "T", "Υ": "Y", "Χ": "X",
+}  # fmt: skip
+_FOLD = str.maketrans({**dict.fromkeys(_INVISIBLE, None), **_LOOK_ALIKES})
+
+
+def _fold(text: str) -> str:
+    """``text`` as a disguised spelling reads: NFKC (fullwidth and other compatibility forms to
+    their plain letters), characters that print as nothing dropped, look-alike letters folded."""
+    return unicodedata.normalize("NFKC", text).translate(_FOLD)
+
+
+def _folded_findings(text: str, findings: list[Finding]) -> list[Finding]:
+    """What the patterns find only once ``text`` is folded, each with the original characters it
+    spans (what ``redact`` cuts); nothing for text that folding leaves as it is."""
+    if text.isascii():
+        return []
+    folded = _fold(text)
+    if folded == text:
+        return []
+    found = [f for f in _matches(folded, encoded=False) if f not in findings]
+    if not found:
+        return []
+    spans = [(finding, folded.find(finding.value)) for finding in found]
+    reach = max(at + len(finding.value) for finding, at in spans)
+    # Where each folded character came from, up to the last match only: one pass, only for a text
+    # that holds a disguised match.
+    origin: list[int] = []
+    for i, char in enumerate(text):
+        if len(origin) >= reach:
+            break
+        origin.extend([i] * len(_fold(char)))
+    out = []
+    for finding, at in spans:
+        if at < 0 or at + len(finding.value) > len(origin):
+            continue
+        start, end = origin[at], origin[at + len(finding.value) - 1] + 1
+        out.append(Finding(finding.detector, f"{finding.kind}_disguised", finding.excerpt, text[start:end]))
+    return out
+
+
 def _base64_blobs(text: str) -> list[str]:
     """Whitespace-separated tokens of 24 characters or more that are base64 (a split in C, then a
     check of the few long tokens: a regex over the whole text costs a millisecond per 20,000)."""
@@ -134,6 +192,7 @@ def scan(text: str) -> list[Finding]:
     """Every pattern the text holds, plainly or inside base64 that decodes to UTF-8 text."""
     text = text[:MAX_SCANNED]
     findings = _matches(text, encoded=False)
+    findings += _folded_findings(text, findings)
     for blob in _base64_blobs(text)[:50]:
         try:
             decoded = base64.b64decode(blob + "=" * (-len(blob) % 4), validate=True).decode("utf-8")

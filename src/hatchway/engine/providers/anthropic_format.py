@@ -27,7 +27,15 @@ from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
 from hatchway.engine.items import DATA_URL, FunctionCall, FunctionCallOutput, Item, Message, Usage
-from hatchway.engine.providers.base import ModelRequest, ModelResponse, StreamEvent, TextDelta, ToolCallDelta
+from hatchway.engine.providers.base import (
+    ModelRequest,
+    ModelResponse,
+    StreamEvent,
+    TextDelta,
+    TokenCount,
+    ToolCallDelta,
+    output_limit,
+)
 from hatchway.engine.providers.chat_replies import malformed
 from hatchway.errors import ProviderMalformed, ProviderStatusError
 
@@ -78,6 +86,21 @@ def _blocks(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [_block(p) for p in content]
 
 
+def _tool_result(item: FunctionCallOutput) -> dict[str, Any]:
+    """A tool's result as Anthropic takes it: its blocks as they came (images, documents,
+    ``tool_reference``…), ``is_error`` and the prompt-cache breakpoint kept."""
+    result: dict[str, Any] = {
+        "type": "tool_result",
+        "tool_use_id": item.call_id,
+        "content": [_block(p) for p in item.parts] if item.parts else item.output,
+    }
+    if item.is_error:
+        result["is_error"] = True
+    if item.cache_control is not None:
+        result["cache_control"] = item.cache_control
+    return result
+
+
 def request_messages(items: list[Item]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Items → (``system`` blocks, ``messages``), turns of one role merged."""
     system: list[dict[str, Any]] = []
@@ -104,7 +127,7 @@ def request_messages(items: list[Item]) -> tuple[list[dict[str, Any]], list[dict
             }
             turn("assistant", [use])
         elif isinstance(item, FunctionCallOutput):
-            turn("user", [{"type": "tool_result", "tool_use_id": item.call_id, "content": item.output}])
+            turn("user", [_tool_result(item)])
     return system, messages
 
 
@@ -133,10 +156,7 @@ def messages_body(req: ModelRequest, *, stream: bool) -> dict[str, Any]:
     params = req.params
     body: dict[str, Any] = {
         "model": req.model,
-        "max_tokens": params.get("max_completion_tokens")
-        or params.get("max_tokens")
-        or params.get("max_output_tokens")
-        or DEFAULT_MAX_TOKENS,
+        "max_tokens": output_limit(params) or DEFAULT_MAX_TOKENS,
         "messages": messages,
     }
     if system:
@@ -161,10 +181,10 @@ def messages_body(req: ModelRequest, *, stream: bool) -> dict[str, Any]:
 
 
 class WireUsage(TypedDict, total=False):
-    input_tokens: int | None
-    output_tokens: int | None
-    cache_read_input_tokens: int | None
-    cache_creation_input_tokens: int | None
+    input_tokens: TokenCount | None
+    output_tokens: TokenCount | None
+    cache_read_input_tokens: TokenCount | None
+    cache_creation_input_tokens: TokenCount | None
 
 
 class _Block(TypedDict, total=False):
@@ -183,6 +203,7 @@ class WireMessage(TypedDict, total=False):
     model: str | None
     content: Required[list[_Block]]
     stop_reason: str | None
+    stop_sequence: str | None
     usage: WireUsage | None
 
 
@@ -229,6 +250,8 @@ def response_of(message: WireMessage) -> ModelResponse:
     if thinking:
         raw["thinking"] = thinking
     stop = message.get("stop_reason") or "end_turn"
+    if stop == "stop_sequence" and message.get("stop_sequence"):
+        raw["stop_sequence"] = message.get("stop_sequence")  # which one: the Messages API says it back
     return ModelResponse(
         text="".join(texts) if texts else None,
         tool_calls=calls,
@@ -246,6 +269,7 @@ class _Delta(TypedDict, total=False):
     thinking: str | None
     signature: str | None
     stop_reason: str | None
+    stop_sequence: str | None
 
 
 class _Error(TypedDict, total=False):
@@ -310,8 +334,11 @@ class EventAssembler:
             except orjson.JSONDecodeError:
                 block["input"] = {"_raw": text}
         elif kind == "message_delta":
-            if (event.get("delta") or {}).get("stop_reason"):
-                self.message["stop_reason"] = (event.get("delta") or {}).get("stop_reason")
+            delta = event.get("delta") or {}
+            if delta.get("stop_reason"):
+                self.message["stop_reason"] = delta.get("stop_reason")
+            if delta.get("stop_sequence"):
+                self.message["stop_sequence"] = delta.get("stop_sequence")
             self._usage.update({k: v for k, v in (event.get("usage") or {}).items() if v is not None})
         elif kind == "error":
             error = event.get("error") or {}

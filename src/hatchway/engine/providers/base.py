@@ -3,11 +3,31 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from hatchway.engine.items import FunctionCall, Item, ToolSpec, Usage
+
+OUTPUT_LIMITS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
+"""The three names a request may give its output limit by (OpenAI's two, the Responses API's)."""
+
+
+def output_limit(params: Mapping[str, Any]) -> int | None:
+    """The request's output limit: the largest of the fields it names (what its admission reserves,
+    and what an upstream with one field of its own is sent), None when it names none. Reserving the
+    smallest while sending the largest would let one request spend past its reservation."""
+    given = [v for k in OUTPUT_LIMITS if isinstance(v := params.get(k), int) and not isinstance(v, bool)]
+    return max(given) if given else None
+
+
+MAX_TOKEN_COUNT = 2**53
+TokenCount = Annotated[int, Field(ge=0, lt=MAX_TOKEN_COUNT)]
+"""A usage figure as an upstream may report it: a non-negative integer below 2^53 (what a JSON number
+holds exactly). Anything else — a negative count, one past 2^63 — is the upstream's malformed reply
+(``upstream_malformed``, with the field path), never a cost, a credit or a 500."""
 
 
 @dataclass(slots=True)
@@ -77,3 +97,8 @@ class ModelProvider(ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
+
+    def estimate_cost(self, model: str, usage: Usage) -> float | None:
+        """What a call of ``model`` with ``usage`` would cost by the price table (None: unknown). For a
+        call whose upstream never reported its usage (an abandoned stream's estimate)."""
+        return None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from hatchway.engine.items import FunctionCall, FunctionCallOutput, Item, Message
 from hatchway.errors import InvalidRequest
 
@@ -55,7 +57,12 @@ def _content_to_chat(content: str | list[dict[str, Any]], role: str) -> Any:
 def items_to_messages(items: list[Item]) -> list[dict[str, Any]]:
     """Canonical items → chat messages; an assistant's text and its calls become one message."""
     messages: list[dict[str, Any]] = []
+    shown: list[dict[str, Any]] = []
+    """Images of tool results, as user messages once the run of tool messages ends."""
     for item in items:
+        if shown and not isinstance(item, FunctionCallOutput):
+            messages.extend(shown)  # after the run of tool messages, which must follow their calls
+            shown.clear()
         if isinstance(item, Message):
             messages.append({"role": item.role, "content": _content_to_chat(item.content, item.role)})
         elif isinstance(item, FunctionCall):
@@ -74,10 +81,44 @@ def items_to_messages(items: list[Item]) -> list[dict[str, Any]]:
         elif isinstance(item, FunctionCallOutput):
             if messages and messages[-1]["role"] == "assistant":
                 messages[-1]["_closed"] = True
-            messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.output})
+            text, images = _tool_content(item)
+            messages.append({"role": "tool", "tool_call_id": item.call_id, "content": text})
+            if images:
+                shown.append(
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "text", "text": f"The result of tool call {item.call_id}:"},
+                            *images,
+                        ],
+                    }
+                )
+    messages.extend(shown)
     for message in messages:
         message.pop("_closed", None)
     return messages
+
+
+def _tool_content(item: FunctionCallOutput) -> tuple[str, list[dict[str, Any]]]:
+    """A tool result as a chat ``tool`` message can carry it: text only. Its images follow in a
+    user message (the only role that takes them); other blocks (a document, ``tool_reference``) are
+    told as JSON; ``is_error`` as an ``[error]`` prefix. ``cache_control`` has no chat form."""
+    if not item.parts:
+        text, images = item.output, []
+    else:
+        texts, images = [], []
+        for part in item.parts:
+            kind = part.get("type")
+            if kind in ("input_text", "output_text", "text"):
+                texts.append(str(part.get("text", "")))
+            elif kind == "input_image":
+                images.append(_part_to_chat(part))
+            else:
+                texts.append(orjson.dumps({k: v for k, v in part.items() if k != "cache_control"}).decode())
+        text = "".join(texts)
+        if images:
+            text += f"{chr(10) if text else ''}[{len(images)} image(s): in the next message]"
+    return (f"[error] {text}" if item.is_error else text), images
 
 
 def messages_to_items(messages: Any) -> list[Item]:

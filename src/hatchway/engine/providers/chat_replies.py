@@ -21,9 +21,16 @@ from typing_extensions import TypedDict  # pydantic needs its TypedDict before P
 
 from hatchway.config.loading import format_loc
 from hatchway.engine.items import FunctionCall, Usage
-from hatchway.engine.providers.base import ModelResponse, StreamDone, StreamEvent, TextDelta, ToolCallDelta
+from hatchway.engine.providers.base import (
+    ModelResponse,
+    StreamDone,
+    StreamEvent,
+    TextDelta,
+    TokenCount,
+    ToolCallDelta,
+)
 from hatchway.errors import ProviderMalformed, ProviderUnavailable
-from hatchway.observability.redaction import Redactor
+from hatchway.redaction import Redactor
 
 MAX_ERROR_SNIPPET = 200
 
@@ -31,14 +38,14 @@ MAX_ERROR_SNIPPET = 200
 
 
 class _TokenDetails(TypedDict, total=False):
-    cached_tokens: int | None
-    cache_write_tokens: int | None
-    reasoning_tokens: int | None
+    cached_tokens: TokenCount | None
+    cache_write_tokens: TokenCount | None
+    reasoning_tokens: TokenCount | None
 
 
 class WireUsage(TypedDict, total=False):
-    prompt_tokens: int | None
-    completion_tokens: int | None
+    prompt_tokens: TokenCount | None
+    completion_tokens: TokenCount | None
     prompt_tokens_details: _TokenDetails | None
     completion_tokens_details: _TokenDetails | None
 

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from hatchway.config.settings import FailoverSettings
+from hatchway.engine.items import Usage
 from hatchway.engine.providers.base import ModelProvider, ModelRequest, ModelResponse, StreamDone, StreamEvent
 from hatchway.errors import ProviderError, ProviderStatusError, ProviderTimeout, ProviderUnavailable
 
@@ -94,6 +95,13 @@ class FailoverProvider(ModelProvider):
     fallbacks: Sequence[Sequence[Target]]
     settings: FailoverSettings
     rng: random.Random = field(default_factory=random.Random)
+
+    def estimate_cost(self, model: str, usage: Usage) -> float | None:
+        """Priced as the first target that would be tried (the one a stream most likely went to)."""
+        targets = self.order() or list(self.primary)
+        if not targets:
+            return None
+        return targets[0].provider.estimate_cost(targets[0].upstream_model, usage)
 
     def order(self) -> list[Target]:
         """The targets to try, in order: the primary ones by weighted draw among the available, then

@@ -27,7 +27,15 @@ from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
 from hatchway.engine.items import DATA_URL, FunctionCall, FunctionCallOutput, Item, Message, Usage
-from hatchway.engine.providers.base import ModelRequest, ModelResponse, StreamEvent, TextDelta, ToolCallDelta
+from hatchway.engine.providers.base import (
+    ModelRequest,
+    ModelResponse,
+    StreamEvent,
+    TextDelta,
+    TokenCount,
+    ToolCallDelta,
+    output_limit,
+)
 from hatchway.engine.providers.chat_replies import malformed
 
 _FILTERED = {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY"}
@@ -36,9 +44,6 @@ _GENERATION = {
     "top_p": "topP",
     "top_k": "topK",
     "seed": "seed",
-    "max_completion_tokens": "maxOutputTokens",
-    "max_tokens": "maxOutputTokens",
-    "max_output_tokens": "maxOutputTokens",
 }
 _call_ids = itertools.count(1)
 
@@ -99,9 +104,13 @@ def request_contents(items: list[Item]) -> tuple[list[dict[str, Any]], list[dict
             answer = {
                 "id": item.call_id,
                 "name": names.get(item.call_id, ""),
-                "response": {"result": item.output},
+                "response": {"error" if item.is_error else "result": item.output},
             }
-            turn("user", [{"functionResponse": answer}])
+            # Its images and documents as parts of the same turn (Gemini takes them beside the answer).
+            extra = [
+                p for p in item.parts or () if p.get("type") not in ("input_text", "output_text", "text")
+            ]
+            turn("user", [{"functionResponse": answer}, *(_parts(extra) if extra else [])])
     return system, contents
 
 
@@ -134,6 +143,8 @@ def generate_body(req: ModelRequest) -> dict[str, Any]:
     generation = {
         wire: req.params[key] for key, wire in _GENERATION.items() if req.params.get(key) is not None
     }
+    if (limit := output_limit(req.params)) is not None:
+        generation["maxOutputTokens"] = limit
     stop = req.params.get("stop")
     if stop:
         generation["stopSequences"] = [stop] if isinstance(stop, str) else list(stop)
@@ -173,10 +184,10 @@ class _Candidate(TypedDict, total=False):
 
 
 class WireUsage(TypedDict, total=False):
-    promptTokenCount: int | None
-    candidatesTokenCount: int | None
-    cachedContentTokenCount: int | None
-    thoughtsTokenCount: int | None
+    promptTokenCount: TokenCount | None
+    candidatesTokenCount: TokenCount | None
+    cachedContentTokenCount: TokenCount | None
+    thoughtsTokenCount: TokenCount | None
 
 
 class WireResponse(TypedDict, total=False):

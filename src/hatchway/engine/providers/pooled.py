@@ -30,7 +30,7 @@ from hatchway.errors import (
     ProviderUnavailable,
 )
 from hatchway.observability.log_redaction import SECRETS
-from hatchway.observability.redaction import Redactor
+from hatchway.redaction import Redactor
 
 _CREDENTIAL_HEADER = re.compile(r"(?i)auth|key|token|secret|cookie")
 """Extra provider headers whose values are credentials (``api-key``, ``x-goog-api-key``…): redacted."""

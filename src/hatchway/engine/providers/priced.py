@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+from hatchway.engine.items import Usage
 from hatchway.engine.pricing import ProviderPrices
 from hatchway.engine.providers.base import ModelProvider, ModelRequest, ModelResponse, StreamDone, StreamEvent
 
@@ -42,6 +43,10 @@ class PricedProvider(ModelProvider):
             response.usage.cost_usd = price.usd
             response.priced_as = price.priced_as
         return response
+
+    def estimate_cost(self, model: str, usage: Usage) -> float | None:
+        price = self.prices.price(model, "", usage)
+        return price.usd if price is not None else None
 
     async def aclose(self) -> None:
         await self.inner.aclose()

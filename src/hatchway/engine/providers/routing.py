@@ -17,7 +17,7 @@ from hatchway.engine.providers.openai_compat import OpenAICompatProvider
 from hatchway.engine.providers.pooled import PooledProvider
 from hatchway.engine.providers.priced import PricedProvider
 from hatchway.errors import ConfigError, ModelNotFound
-from hatchway.observability.redaction import Redactor
+from hatchway.redaction import Redactor
 
 
 @dataclass(frozen=True, slots=True)

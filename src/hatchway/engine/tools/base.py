@@ -8,6 +8,7 @@ from typing import Any
 
 from hatchway.engine.context import RunContext
 from hatchway.engine.items import FunctionCall, Item, ToolSpec
+from hatchway.engine.run_log import Outcome
 from hatchway.engine.tools.payloads import error_body
 
 
@@ -27,7 +28,8 @@ class ToolResult:
     output: str
     is_error: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
-    """Recorded in the run log: server, tool, cached, retries, outcome…"""
+    """Recorded in the run log (``ToolCallStep.of``): server, tool, cached, retries, ``outcome``
+    (an ``Outcome``), and whatever else the toolset adds."""
     interrupt: Interruption | None = None
 
     @classmethod
@@ -36,7 +38,7 @@ class ToolResult:
         return cls(
             output=error_body(code, message),
             is_error=True,
-            meta={"outcome": "error", "error_code": code, **meta},
+            meta={"outcome": Outcome.ERROR, "error_code": code, **meta},
         )
 
 
@@ -48,6 +50,8 @@ class RunPreamble:
     """Items to append to the conversation first (e.g. an executed operation's call and output)."""
     answer: str | None = None
     """Answer the user with this directly; the model is not called."""
+    operation_id: str | None = None
+    """The operation ``answer`` is about (its question asked again, or its outcome)."""
 
 
 class Toolset(ABC):
@@ -56,7 +60,7 @@ class Toolset(ABC):
     @abstractmethod
     async def list_tools(self, ctx: RunContext) -> list[ToolSpec]:
         """The tools the model may call, with names unique across the run. A source that cannot
-        list some of its tools reports it in ``ctx.run.listing_failures`` and lists the rest."""
+        list some of its tools reports it to the run (``ListToolsStep.failed``) and lists the rest."""
 
     @abstractmethod
     async def call_tool(self, call: FunctionCall, ctx: RunContext) -> ToolResult:

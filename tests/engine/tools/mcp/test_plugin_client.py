@@ -13,10 +13,11 @@ import anyio
 import pytest
 
 from hatchway.config.plugin import PluginConfig, parse_plugin
-from hatchway.engine.context import Principal, RunContext
+from hatchway.engine.context import RunContext
 from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
 from hatchway.engine.tools.mcp.pool import McpServerPool
 from hatchway.errors import McpServerError, ToolOutcomeUnknown
+from hatchway.principal import Principal
 from tests.support.mcp_servers import BearerCredentials, McpTestServer, NoCredentials, stdio_command
 
 pytestmark = pytest.mark.anyio
@@ -227,7 +228,7 @@ async def test_a_session_whose_server_died_is_replaced(
 async def test_a_401_refreshes_the_credentials_and_retries_once(
     mcp_server_factory: Callable[..., McpTestServer], pool: McpServerPool
 ) -> None:
-    server = mcp_server_factory("s", required_bearer="fresh-token")
+    server = mcp_server_factory("s", required_bearer="fresh-token-e41c")
     plugin = plugin_of(
         {
             "id": "s",
@@ -237,7 +238,7 @@ async def test_a_401_refreshes_the_credentials_and_retries_once(
         }
     )
     [config] = plugin.mcp_servers
-    vault = BearerCredentials("stale-token", "fresh-token")
+    vault = BearerCredentials("stale-token-e41c", "fresh-token-e41c")
     run = ctx()
 
     outcome = await client(plugin, pool, vault).call(config, "echo", {"text": "x"}, run)
@@ -246,8 +247,8 @@ async def test_a_401_refreshes_the_credentials_and_retries_once(
     assert vault.invalidated == ["s"]
     statuses = [r.status for r in server.requests]
     assert statuses.count(401) >= 1 and server.executions["echo"] == 1
-    assert {"stale-token", "fresh-token"} <= run.secret_values  # the vault registers them for redaction
-    assert all(h["authorization"] == "Bearer fresh-token" for h in server.tool_call_headers()[-1:])
+    assert {"stale-token-e41c", "fresh-token-e41c"} <= run.secret_values  # registered for redaction
+    assert all(h["authorization"] == "Bearer fresh-token-e41c" for h in server.tool_call_headers()[-1:])
 
 
 async def test_credentials_still_refused_after_one_refresh_is_an_error(
@@ -262,7 +263,7 @@ async def test_credentials_still_refused_after_one_refresh_is_an_error(
             "auth": {"type": "bearer", "secret_ref": "secret.tok"},
         }
     )
-    vault = BearerCredentials("wrong")
+    vault = BearerCredentials("wrong-token-e41c")
 
     outcome = await client(plugin, pool, vault).call(plugin.mcp_servers[0], "echo", {"text": "x"}, ctx())
 
@@ -273,9 +274,9 @@ async def test_credentials_still_refused_after_one_refresh_is_an_error(
 async def test_auth_headers_are_fetched_for_every_request_on_a_long_lived_session(
     mcp_server_factory: Callable[..., McpTestServer], pool: McpServerPool
 ) -> None:
-    server = mcp_server_factory("s", required_bearer="tok")
+    server = mcp_server_factory("s", required_bearer="tok-e41c")
     plugin = plugin_of({"id": "s", "url": server.url, "auth": {"type": "bearer", "secret_ref": "secret.tok"}})
-    vault = BearerCredentials("tok")
+    vault = BearerCredentials("tok-e41c")
     mcp = client(plugin, pool, vault)
 
     await mcp.list_tools(plugin.mcp_servers[0], ctx())
@@ -283,7 +284,7 @@ async def test_auth_headers_are_fetched_for_every_request_on_a_long_lived_sessio
     await mcp.call(plugin.mcp_servers[0], "echo", {"text": "2"}, ctx())
 
     assert vault.requests == 3
-    assert all(r.headers.get("authorization") == "Bearer tok" for r in server.requests)
+    assert all(r.headers.get("authorization") == "Bearer tok-e41c" for r in server.requests)
 
 
 async def test_forwarded_headers_reach_only_the_server_that_lists_them(

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from hatchway.config.plugin import PluginConfig, parse_plugin
+from hatchway.credentials import VaultCredentials
 from hatchway.engine.context import RunContext
-from hatchway.engine.tools.mcp.auth import VaultCredentials
 from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
 from hatchway.engine.tools.mcp.pool import McpServerPool
 from hatchway.errors import McpAuthError
@@ -102,14 +102,14 @@ class TransientlyFailingCredentials:
     def __init__(self) -> None:
         self.asked = 0
 
-    async def authorize(self, server: Any, ctx: Any, *, trusted: bool) -> None:
+    async def authorize(self, server: Any, who: Any, *, trusted: bool) -> None:
         return None
 
-    async def auth_headers(self, server: Any, ctx: Any, *, trusted: bool) -> dict[str, str]:
+    async def auth_headers(self, server: Any, who: Any, *, trusted: bool) -> dict[str, str]:
         self.asked += 1
         raise McpAuthError("the identity provider is down", code="oauth_unreachable", transient=True)
 
-    async def invalidate(self, server: Any, ctx: Any, *, refused: Any = None) -> None:
+    async def invalidate(self, server: Any, who: Any, *, refused: Any = None) -> None:
         return None
 
 

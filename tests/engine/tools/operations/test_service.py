@@ -16,7 +16,8 @@ from hatchway.config.agent_files import AgentTools, agent_files_in, load_agent_t
 from hatchway.config.agents import OperationSettings
 from hatchway.engine.items import FunctionCall, FunctionCallOutput
 from hatchway.engine.tools.operations.models import OperationStatus, operation_to_dict
-from hatchway.engine.tools.operations.service import OperationService, ReplyEffect, ResultKind
+from hatchway.engine.tools.operations.replies import ReplyEffect
+from hatchway.engine.tools.operations.service import OperationService, ResultKind
 from hatchway.engine.tools.operations.store import OperationQuery, OperationStore
 from hatchway.store.db import Database
 from hatchway.store.tables import utcnow
@@ -109,7 +110,10 @@ async def test_expand_confirm_execute_once_partial_success(
         ("Produto C", True),
     ]
 
-    assert await service.reply("sim", ctx, caller) is None  # nothing pending any more
+    # The same bare "sim" again (a double submit): that confirmation's outcome, not a new execution.
+    again = await service.reply("sim", ctx, caller)
+    assert again is not None and again.effect is ReplyEffect.DECIDED and again.operation.id == op.id
+    assert again.answer is not None and "executed once: COMPLETED, PARTIAL_SUCCESS" in again.answer
     assert contas.backend.executions == {op.id: 1}
 
 

@@ -255,15 +255,17 @@ async def test_reads_are_scoped_to_the_organisation(db: Database) -> None:
 async def test_a_running_execution_renews_its_lease_so_peers_leave_it_alone(
     db: Database, agent_tools: AgentTools, contas: RunningContas
 ) -> None:
-    store = OperationStore(db, lease_seconds=1)
+    # A lease of 3 s renewed every second: long enough that a busy machine's stalls do not let it
+    # lapse (a lapsed lease is taken for a dead executor), short enough to see renewals.
+    store = OperationStore(db, lease_seconds=3)
     org = _org()
     op = await _pending(store, agent_tools, contas, org)
     contas.backend.gate = threading.Event()
     running = asyncio.create_task(confirm_operation(store, op.id, contas.caller(), make_ctx(org), via="api"))
-    await anyio.to_thread.run_sync(contas.backend.started.wait, 10)
+    await anyio.to_thread.run_sync(contas.backend.started.wait, 30)
     first_lease = (await store.get(op.id)).lease_expires_at
     assert first_lease is not None
-    with anyio.fail_after(10):
+    with anyio.fail_after(30):
         while (await store.get(op.id)).lease_expires_at == first_lease:
             await asyncio.sleep(0.05)
     peer = OperationStore(db)
@@ -275,7 +277,7 @@ async def test_a_running_execution_renews_its_lease_so_peers_leave_it_alone(
 
 def _exited_pid() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait(timeout=30)
+    proc.wait(timeout=120)
     return proc.pid
 
 

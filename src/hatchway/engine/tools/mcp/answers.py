@@ -41,6 +41,14 @@ _PRIMITIVE_KEYS = {
 
 
 _TOP_KEYS = {"type", "properties", "required", "title", "description", "$schema"}
+_SENSITIVE = re.compile(
+    # What the MCP specification forbids a server to request by form elicitation: passwords, API keys,
+    # access tokens, payment credentials (they belong in URL mode, on the server's own page).
+    r"pass(?:word|wd|phrase|code)|senha|contrase|secret|token|api[\s_-]*key|private[\s_-]*key|credential|"
+    r"\bpin\b|\botp\b|one[\s_-]*time|card[\s_-]*(?:number|no\b)|credit[\s_-]*card|cart[aã]o|\bcvv|\bcvc|"
+    r"security[\s_-]*code|\bssn\b|social[\s_-]*security|\biban\b|routing[\s_-]*number",
+    re.I,
+)
 _SCALAR = (str, int, float, bool)
 
 
@@ -70,6 +78,15 @@ def check_requested_schema(server_id: str, schema: dict[str, Any]) -> None:
     required = schema.get("required") or []
     if not isinstance(required, list) or not all(isinstance(r, str) and r in properties for r in required):
         raise refuse("its required fields are not among its properties")
+    for name, prop in properties.items():
+        said = (name, prop.get("title"), prop.get("description"), prop.get("format"))
+        words = " ".join(str(v) for v in said if v)
+        if _SENSITIVE.search(words):
+            raise ToolError(
+                f"{server_id}: the tool asked the user for sensitive information ({str(name)[:64]!r}) in a "
+                "form, which MCP forbids (it belongs on the server's own page, by URL); not asked",
+                code="mcp_input_sensitive",
+            )
 
 
 def _property_problem(label: str, prop: Any) -> str | None:

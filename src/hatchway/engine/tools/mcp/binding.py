@@ -24,15 +24,15 @@ import importlib
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from hatchway.config.plugin import PluginConfig, StreamMode, load_plugin, parse_plugin
+from hatchway.config.plugin import PluginConfig, StreamMode, parse_plugin
+from hatchway.config.plugins import ConfiguredPlugins
 from hatchway.config.settings import AgentConfig, Settings
+from hatchway.egress import check_egress
 from hatchway.engine.context import RunBudget, RunContext
 from hatchway.engine.tools.base import Toolset
-from hatchway.engine.tools.mcp.credentials import McpCredentials
-from hatchway.engine.tools.mcp.egress import check_egress
+from hatchway.engine.tools.mcp.credentials import McpCredentials, requester_of
 from hatchway.engine.tools.mcp.forwarding import forwarded_headers
 from hatchway.engine.tools.mcp.pool import McpServerPool
 from hatchway.errors import ConfigError, Conflict, InvalidRequest, PermissionDenied, SecretNotFound
@@ -112,6 +112,7 @@ class PluginBinding:
         questions: Any = None,
         models: Any = None,
         pinning: Any = None,
+        plugins: ConfiguredPlugins | None = None,
     ) -> None:
         self.pool = pool
         self.pinning = pinning
@@ -124,30 +125,14 @@ class PluginBinding:
         self.cache = cache
         self.allow_private = settings.allow_private_mcp_urls
         self.max_result_chars = settings.max_tool_result_chars
-        self._files: dict[Path, PluginConfig] = {}
-        self._rules = [
-            (rule, self._load(settings, rule.plugin, f"routing_rules[{i}].plugin"))
-            for i, rule in enumerate(settings.routing_rules)
-        ]
-        self._agents = {
-            agent.name: self._load(settings, agent.plugin, f"agents[{i}].plugin")
-            for i, agent in enumerate(settings.agents)
-            if agent.plugin
-        }
+        self._configured = plugins if plugins is not None else ConfiguredPlugins(settings)
+        self._rules = self._configured.rules
+        self._agents = self._configured.agents
         self._inline: _Recent[PluginConfig] = _Recent(_INLINE_CACHE_SIZE)
         self._refused: _Recent[str] = _Recent(_INLINE_CACHE_SIZE)
         """The message of each refused header: a repeat is refused again without a parse."""
-        if self._files:  # plugins are configured: load the MCP client now, not on the first request
+        if self._configured.any:  # plugins are configured: load the MCP client now, not on the first request
             importlib.import_module("hatchway.engine.tools.mcp.toolset")
-
-    def _load(self, settings: Settings, name: str, field: str) -> PluginConfig:
-        path = settings.resolve_path(name)
-        if path not in self._files:
-            try:
-                self._files[path] = load_plugin(path)
-            except ConfigError as exc:
-                raise ConfigError(f"{path} (from hatchway.yaml {field})", exc.problems) from None
-        return self._files[path]
 
     async def check(
         self, agent: AgentConfig | None, public_model: str, ctx: RunContext
@@ -251,7 +236,7 @@ class PluginBinding:
         for i, server in enumerate(bound.plugin.mcp_servers):
             forwarded_headers(server.forward_headers, ctx.request_headers)  # CR/LF values → 400 now
             try:
-                await self.credentials.authorize(server, ctx, trusted=bound.trusted)
+                await self.credentials.authorize(server, requester_of(ctx), trusted=bound.trusted)
             except (SecretNotFound, PermissionDenied) as exc:  # name the plugin field, not "name"
                 param = f"mcp_servers[{i}].auth.secret_ref"
                 raise type(exc)(exc.message, param=param, code=exc.code) from None

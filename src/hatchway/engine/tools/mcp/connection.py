@@ -25,7 +25,7 @@ from mcp_types import CLIENT_CAPABILITIES_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from hatchway.config.plugin import McpServerConfig
-from hatchway.engine.tools.mcp.http import RequestScope, scoped_http_client
+from hatchway.engine.tools.mcp.http import RequestScope, scope_capabilities, scoped_http_client
 from hatchway.engine.tools.mcp.inputs import (
     CallInputs,
     answer_server_request,
@@ -213,7 +213,7 @@ class McpConnection:
                 # half-open session that every later call waits on.
                 async with asyncio.timeout(self.server.timeout_ms / 1000):
                     await stack.enter_async_context(client)
-                forward_client_capabilities(client)
+                declare_scope_capabilities(client)
                 self._client = client
                 ready.set_result(None)
                 await self._serve(client)
@@ -371,30 +371,25 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-FORWARDED_CAPABILITIES: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
-    "hatchway_forwarded_capabilities", default=None
-)
-"""The client capabilities a request made for an MCP endpoint's client declares upstream instead of
-the gateway's own (``api/mcp_endpoints``): the upstream asks only for what that client can give."""
+def declare_scope_capabilities(client: Client) -> None:
+    """On a 2026-07-28 session, let each request declare its call's client capabilities in its ``_meta``.
 
-
-def forward_client_capabilities(client: Client) -> None:
-    """On a 2026-07-28 session, let a request declare ``FORWARDED_CAPABILITIES`` in its ``_meta``.
-
-    The SDK stamps every request with the capabilities the session was built with and has no
+    A call made for an MCP endpoint's client passes that client's capabilities to its
+    ``PluginMcpClient``, which puts them in the call's ``RequestScope`` (``http.py``); its requests
+    then declare them instead of the gateway's, and the upstream asks only for what that client can
+    answer. The SDK stamps every request with the capabilities the session was built with and has no
     per-request override, so its stamp (``ClientSession._stamp``, set once at discovery) is wrapped
-    here; without the attribute (another SDK release) nothing is forwarded and the gateway's own
-    capabilities are declared, as before."""
+    here; without the attribute (another SDK release) the gateway's own capabilities are declared."""
     session = client.session
     stamp = getattr(session, "_stamp", None)
     if stamp is None or client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
         return
 
-    def forwarding(data: dict[str, Any], opts: Any) -> None:
+    def declaring(data: dict[str, Any], opts: Any) -> None:
         stamp(data, opts)
-        forwarded = FORWARDED_CAPABILITIES.get()
+        declared = scope_capabilities()
         meta = (data.get("params") or {}).get("_meta")
-        if forwarded is not None and isinstance(meta, dict):
-            meta[CLIENT_CAPABILITIES_META_KEY] = forwarded
+        if declared is not None and isinstance(meta, dict):
+            meta[CLIENT_CAPABILITIES_META_KEY] = declared
 
-    session._stamp = forwarding  # a private attribute: see the docstring
+    session._stamp = declaring  # a private attribute: see the docstring

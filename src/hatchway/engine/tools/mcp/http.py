@@ -12,14 +12,15 @@ that may have reached its tool.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx2
 
-from hatchway.engine.tools.mcp.egress import EgressRefused, Resolver, public_address, resolve_host
+from hatchway.egress import EgressRefused, Resolver, public_address, resolve_host
 
 # Headers the MCP transport sets itself; a scope never overrides them.
 _TRANSPORT_HEADERS = frozenset(
@@ -54,10 +55,12 @@ class RequestScope:
     """Set on a transport error, a 5xx or a 401/403/404: the answer will not come."""
     auth: httpx2.Auth | None = None
     """Authenticates the scope's requests as the end user (per-user OAuth); None: headers only."""
-    secret_sink: Callable[[str], None] | None = None
-    """Where the tokens a per-user flow holds for this call are reported (the run's redaction)."""
     auth_failure: Exception | None = None
     """Why ``auth`` could not authenticate (the user must authorize first, or the flow failed)."""
+    capabilities: dict[str, Any] | None = None
+    """The client capabilities the scope's requests declare (2026-07-28 ``_meta``) instead of the
+    gateway's own: an MCP endpoint's client's, so the upstream asks only for what that client can
+    answer (``connection.declare_scope_capabilities``). None: the gateway's."""
     reached: bool = False
     """Whether any request of this scope may have reached its server: it was answered, or it failed
     after its connection was open. False while every failure was a connection that never opened."""
@@ -92,24 +95,28 @@ MAX_AUTH_ANSWER_BYTES = 64 * 1024
 _current: ContextVar[RequestScope | None] = ContextVar("hatchway_mcp_request_scope", default=None)
 
 
-def current_scope() -> RequestScope | None:
-    """The scope of the MCP call being made in this task, if any."""
-    return _current.get()
-
-
 @contextmanager
 def request_scope(
     headers: dict[str, str],
     auth: httpx2.Auth | None = None,
-    secret_sink: Callable[[str], None] | None = None,
+    *,
+    capabilities: dict[str, Any] | None = None,
 ) -> Iterator[RequestScope]:
-    """Make ``headers`` (and ``auth``) apply to every MCP request sent from this task until the block ends."""
-    scope = RequestScope(headers=dict(headers), auth=auth, secret_sink=secret_sink)
+    """Make ``headers`` (and ``auth``, and the declared ``capabilities``) apply to every MCP request
+    sent from this task until the block ends."""
+    scope = RequestScope(headers=dict(headers), auth=auth, capabilities=capabilities)
     token = _current.set(scope)
     try:
         yield scope
     finally:
         _current.reset(token)
+
+
+def scope_capabilities() -> dict[str, Any] | None:
+    """The client capabilities the MCP request being sent from this task declares (None: the
+    gateway's own): its call's ``RequestScope``'s, read where the SDK stamps the request."""
+    scope = _current.get()
+    return scope.capabilities if scope is not None else None
 
 
 class ScopedAuth(httpx2.Auth):
@@ -188,7 +195,7 @@ class ScopedTransport(httpx2.AsyncBaseTransport):
     """Adds the current scope's headers to each request and records its outcome in the scope.
 
     With ``guard`` (servers from inline plugins) each host goes through the egress rule
-    (``mcp/egress.py``) once and the connection is pinned to the checked address (TLS still
+    (``egress.py``) once and the connection is pinned to the checked address (TLS still
     verifies the name), so a DNS answer that changes after the check cannot steer the session inwards.
     """
 

@@ -23,6 +23,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import HEADER_MISMATCH
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from hatchway.engine.run_log import InputRoundStep
 from hatchway.errors import ToolError
 
 MAX_INPUT_ROUNDS = 10
@@ -189,9 +190,7 @@ async def call_tool_with_inputs(
             sampler=sampler,
         )
         if ctx is not None:
-            ctx.run.input_rounds.append(
-                {"server": server_id, "tool": tool, "input_round": number, "asked": sorted(_methods(round_))}
-            )
+            ctx.run.report(InputRoundStep(server_id, tool, number, asked=tuple(sorted(_methods(round_)))))
         if on_round is not None:
             await on_round(round_)
         if not round_.requests:

@@ -12,7 +12,8 @@ import time
 from typing import Any
 
 from hatchway.config.plugin import McpServerConfig
-from hatchway.engine.context import ListingFailure, RunContext
+from hatchway.engine.context import RunContext
+from hatchway.engine.run_log import ListToolsStep, ToolDriftStep
 from hatchway.store.tool_pins import Seen, ToolPins, definition_hash
 
 logger = logging.getLogger(__name__)
@@ -42,7 +43,8 @@ def unpinned(server: McpServerConfig, tools: list[Any], ctx: RunContext, *, trus
     new or unpinnable ones kept under ``warn`` (this run's ``tool_drift`` steps)."""
     if drift_policy(server, trusted=trusted) == "allow":
         return {tool.name for tool in tools}
-    return {d["tool"] for d in ctx.run.tool_drift if d["server"] == server.id and not d["withheld"]}
+    drifts = ctx.run.reported(ToolDriftStep)
+    return {d.tool for d in drifts if d.server == server.id and not d.withheld}
 
 
 class ToolPinning:
@@ -51,6 +53,25 @@ class ToolPinning:
     def __init__(self, pins: ToolPins) -> None:
         self.pins = pins
         self._approved: dict[tuple[str, str, str], float] = {}
+        self._hashed: dict[tuple[str, tuple[int, ...]], tuple[tuple[Any, ...], list[Seen], str]] = {}
+        """The definitions and hashes of a listing already seen, by its tools' identities: the pool
+        hands out the same tool objects while its listing is cached, so a call hashes nothing."""
+
+    def _hashes(self, server: McpServerConfig, tools: list[Any]) -> tuple[list[Seen], str]:
+        """Each tool's definition and hash, and the listing's: computed once per listing."""
+        identity = (server.id, tuple(map(id, tools)))
+        hit = self._hashed.get(identity)
+        if hit is not None and all(a is b for a, b in zip(hit[0], tools, strict=True)):
+            return hit[1], hit[2]
+        seen = []
+        for tool in tools:
+            body = definition(server, tool)
+            seen.append(Seen(tool.name, body, definition_hash(body)))
+        digest = definition_hash({item.tool: item.hash for item in seen})
+        if len(self._hashed) >= _APPROVED_ENTRIES:
+            self._hashed.clear()
+        self._hashed[identity] = (tuple(tools), seen, digest)  # the tools kept: their ids stay theirs
+        return seen, digest
 
     async def admitted(
         self, server: McpServerConfig, tools: list[Any], ctx: RunContext, *, trusted: bool
@@ -59,11 +80,8 @@ class ToolPinning:
         policy = drift_policy(server, trusted=trusted)
         if policy == "allow" or not tools:
             return tools
-        seen = []
-        for tool in tools:
-            body = definition(server, tool)
-            seen.append(Seen(tool.name, body, definition_hash(body)))
-        key = (ctx.org_id, server.id, definition_hash({item.tool: item.hash for item in seen}))
+        seen, digest = self._hashes(server, tools)
+        key = (ctx.org_id, server.id, digest)
         now = time.monotonic()
         if self._approved.get(key, 0.0) > now:
             return tools
@@ -81,9 +99,7 @@ class ToolPinning:
             return tools
         for name, verdict in changed.items():
             withheld = policy == "block"
-            ctx.run.tool_drift.append(
-                {"server": server.id, "tool": name, "change": verdict, "withheld": withheld}
-            )
+            ctx.run.report(ToolDriftStep(server.id, name, verdict, withheld))
             what = {
                 "drifted": "its definition changed since it was approved",
                 "new": "the server added it after its tools were pinned",
@@ -97,12 +113,8 @@ class ToolPinning:
                 "withheld until approved" if withheld else "kept (tool_drift: warn)",
             )
             if withheld:
-                ctx.run.listing_failures.append(
-                    ListingFailure(
-                        server.id,
-                        f"tool '{name}' withheld: {what} (see hatchway tools diff)",
-                    )
-                )
+                message = f"tool '{name}' withheld: {what} (see hatchway tools diff)"
+                ctx.run.report(ListToolsStep.failed(server.id, message))
         if policy == "warn":
             return tools
         return [tool for tool in tools if tool.name not in changed]

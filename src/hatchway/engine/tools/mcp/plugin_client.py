@@ -21,7 +21,7 @@ from hatchway.config.plugin import McpServerConfig, PluginConfig
 from hatchway.engine.context import RunContext
 from hatchway.engine.tools.mcp.calls import McpCallResult
 from hatchway.engine.tools.mcp.connection import ConnectionLost, McpConnection, SessionEnded
-from hatchway.engine.tools.mcp.credentials import McpCredentials
+from hatchway.engine.tools.mcp.credentials import McpCredentials, requester_of
 from hatchway.engine.tools.mcp.delivery import is_idempotent, may_have_reached, outcome_unknown
 from hatchway.engine.tools.mcp.forwarding import forwarded_headers
 from hatchway.engine.tools.mcp.http import (
@@ -89,10 +89,15 @@ class PluginMcpClient:
         backoff_seconds: float = 0.1,
         answerer: InputAnswerer | None = None,
         sampler: Any = None,
+        capabilities: dict[str, Any] | None = None,
     ) -> None:
         self.plugin = plugin
         self.answerer = answerer
         """Answers a tool's requests for input (MRTR); None: such a call fails with a clear error."""
+        self.capabilities = capabilities
+        """The client capabilities its requests declare upstream: an MCP endpoint's client's, for the
+        calls, listings and reads made on its behalf (the upstream then asks only for input that
+        client can give); None: the gateway's own."""
         self.sampler = sampler
         """Answers the servers' sampling requests (``RunSampler``) when the plugin allows it."""
         self.trusted = trusted
@@ -245,7 +250,7 @@ class PluginMcpClient:
                     )
                     raise _Failed(error, retries) from None
                 reauthorized = True
-                await self.credentials.invalidate(server, ctx, refused=refused.refused)
+                await self.credentials.invalidate(server, requester_of(ctx), refused=refused.refused)
             except ToolError as error:
                 if not _retryable(error) or retries >= server.max_retries or ctx.remaining() <= 0:
                     raise _Failed(error, retries) from None
@@ -265,7 +270,7 @@ class PluginMcpClient:
         timeout = max(min(server.timeout_ms / 1000, ctx.remaining()), 0.001)
         connection: McpConnection | None = None
         sent = False  # handed to an open session: from then on it may have reached the tool
-        with request_scope(headers, auth, ctx.add_secret) as scope:
+        with request_scope(headers, auth, capabilities=self.capabilities) as scope:
             try:
                 async with asyncio.timeout(timeout):
                     connection = await self.pool.connection(
@@ -311,7 +316,7 @@ class PluginMcpClient:
         if not server.auth.per_user:
             return None
         try:
-            return await self.credentials.user_auth(server, ctx, trusted=self.trusted)
+            return await self.credentials.user_auth(server, requester_of(ctx), trusted=self.trusted)
         except ToolError:
             raise
         except HatchwayError as exc:
@@ -322,7 +327,9 @@ class PluginMcpClient:
             return {}
         try:
             forwarded = forwarded_headers(server.forward_headers, ctx.request_headers)
-            auth = await self.credentials.auth_headers(server, ctx, trusted=self.trusted)
+            auth = await self.credentials.auth_headers(server, requester_of(ctx), trusted=self.trusted)
+        except McpAuthError as exc:  # a token endpoint's words: scrubbed of every secret the run knows
+            raise McpAuthError(ctx.redact(exc.message), code=exc.code, transient=exc.transient) from None
         except ToolError:
             raise
         except HatchwayError as exc:  # a missing secret, a bad header value: not worth retrying
@@ -332,7 +339,7 @@ class PluginMcpClient:
 
 def user_auth_failure(server: McpServerConfig, failure: Exception, ctx: RunContext) -> ToolError:
     """What a failed per-user OAuth flow means for the call: the user must authorize, or it failed."""
-    from hatchway.engine.tools.mcp.auth.consent import AuthorizationPending
+    from hatchway.credentials.consent import AuthorizationPending
 
     if isinstance(failure, AuthorizationPending):
         return AuthorizationRequired(server.id, failure.link)

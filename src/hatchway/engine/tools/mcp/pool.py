@@ -15,7 +15,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -41,12 +41,34 @@ def connection_key(server: McpServerConfig, org_id: str, *, trusted: bool, user:
     gateway reaches as the end user (per-user OAuth) has sessions and listings per end user too:
     what a server lists and remembers may depend on who is asking.
     """
-    identity = server.model_dump(include={"url", "command", "args", "transport", "auth"}, mode="json")
-    parts: list[object] = [identity, trusted]
     if server.auth.per_user:
-        parts.append(user or "")
-    digest = hashlib.sha256(orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)).hexdigest()[:24]
+        parts: list[object] = [_identity(server), trusted, user or ""]
+        digest = hashlib.sha256(orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)).hexdigest()[:24]
+    else:
+        digest = _digest(server, trusted)
     return f"{org_id}:{server.id}:{digest}"
+
+
+def _identity(server: McpServerConfig) -> dict[str, Any]:
+    return server.model_dump(include={"url", "command", "args", "transport", "auth"}, mode="json")
+
+
+_DIGESTS: dict[tuple[int, bool], tuple[McpServerConfig, str]] = {}
+"""``connection_key``'s digest of a server, by the config object's identity (a plugin's servers are
+the same objects for the process's life; an inline plugin's, for its cache entry's): a call does
+not dump and hash its server's config again. Bounded: cleared when full."""
+
+
+def _digest(server: McpServerConfig, trusted: bool) -> str:
+    hit = _DIGESTS.get((id(server), trusted))
+    if hit is not None and hit[0] is server:
+        return hit[1]
+    parts: list[object] = [_identity(server), trusted]
+    digest = hashlib.sha256(orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)).hexdigest()[:24]
+    if len(_DIGESTS) >= 4096:
+        _DIGESTS.clear()
+    _DIGESTS[(id(server), trusted)] = (server, digest)
+    return digest
 
 
 @dataclass(frozen=True, slots=True)

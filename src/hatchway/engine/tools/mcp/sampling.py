@@ -16,6 +16,7 @@ import mcp_types as types
 from hatchway.engine.context import RunContext
 from hatchway.engine.items import Message
 from hatchway.engine.providers.base import ModelRequest
+from hatchway.engine.run_log import SideCallStep
 from hatchway.errors import HatchwayError, ToolError
 
 MAX_SAMPLING_PROMPT_CHARS = 32_000
@@ -78,7 +79,7 @@ class RunSampler:
             raise ToolError(
                 f"sampling for the server failed: {ctx.redact(exc.message)}", code="mcp_sampling_failed"
             ) from None
-        ctx.run.side_call("sampling", answer.usage, model=self.model)
+        ctx.run.report(SideCallStep("sampling", self.model, usage=answer.usage))
         return types.CreateMessageResult(
             role="assistant",
             content=types.TextContent(type="text", text=answer.text or ""),

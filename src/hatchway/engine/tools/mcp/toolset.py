@@ -1,8 +1,8 @@
-"""The tools of a plugin's MCP servers as one toolset: namespaced, allowlisted, results cached."""
+"""The tools of a plugin's MCP servers as one toolset of the loop: the catalog's tools (``catalog.py``:
+listed, allowlisted, pinned, namespaced, routed) as the model sees them, results cached."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 from typing import Any
@@ -10,13 +10,16 @@ from typing import Any
 import orjson
 
 from hatchway.config.plugin import McpServerConfig
-from hatchway.engine.context import ListingFailure, RunContext
+from hatchway.engine.context import RunContext
 from hatchway.engine.items import FunctionCall, FunctionCallOutput, Item, Message, ToolSpec
+from hatchway.engine.run_log import InputRoundStep, Outcome
 from hatchway.engine.tools.base import Interruption, RunPreamble, ToolResult, Toolset
 from hatchway.engine.tools.mcp.answers import UnreadableAnswer, answer_from_reply
+from hatchway.engine.tools.mcp.catalog import CatalogTool, McpCatalog, input_schema
+from hatchway.engine.tools.mcp.credentials import McpCredentials, requester_of
 from hatchway.engine.tools.mcp.forwarding import forwarded_headers
 from hatchway.engine.tools.mcp.naming import namespaced_name
-from hatchway.engine.tools.mcp.pinning import ToolPinning, unpinned
+from hatchway.engine.tools.mcp.pinning import ToolPinning
 from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
 from hatchway.engine.tools.mcp.pool import connection_key
 from hatchway.engine.tools.mcp.questions import InputQuestions, InputRequested, PendingInput, check_answerer
@@ -41,68 +44,42 @@ class McpToolset(Toolset):
         pinning: ToolPinning | None = None,
     ) -> None:
         self.client = client
-        self.pinning = pinning
-        """Withholds tools whose definition drifted from the approved one (None: nothing pinned)."""
+        self.catalog = McpCatalog(client, pinning=pinning)
         self.questions = questions
         """Where a tool's questions to the end user (MRTR elicitation) are held across turns."""
         self.cache = cache
         self.cache_ttl_seconds = cache_ttl_seconds
         self.max_result_chars = max_result_chars
         """What the model reads of a result (``max_tool_result_chars``): all the cache keeps of it."""
-        self._routes: dict[str, tuple[McpServerConfig, str]] = {}
+        self._routes: dict[str, CatalogTool] = {}
         self._connect: dict[str, str] = {}
         """Per-user servers the end user must authorize first: server id → the link to do it."""
 
     def route(self, name: str) -> tuple[str, str] | None:
         """``(server_id, tool)`` behind a name the model saw, or None."""
         route = self._routes.get(name)
-        return (route[0].id, route[1]) if route is not None else None
+        return (route.server.id, route.tool.name) if route is not None else None
 
     def server_label(self, name: str) -> str | None:
         route = self._routes.get(name)
-        return route[0].id if route is not None else None
+        return route.server.id if route is not None else None
 
     async def list_tools(self, ctx: RunContext) -> list[ToolSpec]:
-        listings = await asyncio.gather(*(self._server_specs(s, ctx) for s in self.client.plugin.mcp_servers))
-        return [spec for specs in listings for spec in specs]
-
-    async def _server_specs(self, server: McpServerConfig, ctx: RunContext) -> list[ToolSpec]:
-        if server.dropped_headers:
-            ctx.run.dropped_headers[server.id] = server.dropped_headers
-        try:
-            tools = await self.client.list_tools(server, ctx)
-        except AuthorizationRequired as needed:
-            self._connect[server.id] = needed.link
-            ctx.run.listing_failures.append(ListingFailure(server.id, "the user must authorize this server"))
-            return []
-        except HatchwayError as exc:
-            # One unreachable server must not take the others' tools away from the run.
-            message = ctx.redact(exc.message)  # a server's or token endpoint's words may echo a secret
-            logger.warning("MCP server %s: tools not listed (%s)", server.id, message)
-            ctx.run.listing_failures.append(ListingFailure(server.id, message))
-            return []
-        tools = [tool for tool in tools if server.exposes(tool.name)]
-        loose: set[str] = set()  # no pin vouches for their definition
-        if self.pinning is not None:
-            tools = await self.pinning.admitted(server, tools, ctx, trusted=self.client.trusted)
-            loose = unpinned(server, tools, ctx, trusted=self.client.trusted)
-        specs = []
-        for tool in tools:
-            name = namespaced_name(server.id, tool.name)
-            if name in self._routes and self._routes[name] != (server, tool.name):
-                logger.warning("MCP tool name %s is taken; %s/%s not exposed", name, server.id, tool.name)
-                continue
-            self._routes[name] = (server, tool.name)
-            specs.append(
-                ToolSpec(
-                    name=name,
-                    description=tool.description or "",
-                    parameters=_schema(tool),
-                    from_mcp=True,
-                    unpinned=tool.name in loose,
-                )
+        listing = await self.catalog.listing(ctx)
+        self._connect.update(listing.consent)
+        for failure in listing.failures:
+            ctx.run.report(failure)
+        self._routes.update((entry.name, entry) for entry in listing.tools)
+        return [
+            ToolSpec(
+                name=entry.name,
+                description=entry.tool.description or "",
+                parameters=input_schema(entry.tool),
+                from_mcp=True,
+                unpinned=entry.unpinned,
             )
-        return specs
+            for entry in listing.tools
+        ]
 
     async def before_run(self, items: list[Item], ctx: RunContext) -> RunPreamble | None:
         """A tool's open question is answered by the end user's message; a per-user server this end
@@ -139,9 +116,7 @@ class McpToolset(Toolset):
                     responses[key] = types.ElicitResult.model_validate(answer_from_reply(text, request))
         except UnreadableAnswer as unreadable:
             return RunPreamble(answer=f"I could not use that answer ({unreadable}).\n\n{pending.question}")
-        ctx.run.input_rounds.append(
-            {"server": server.id, "tool": pending.tool, "input_round": pending.round, "answered": True}
-        )
+        ctx.run.report(InputRoundStep(server.id, pending.tool, pending.round, answered=True))
         if not await self.questions.take(pending, ctx) or pending.expired:
             output = error_body("input_expired", "The tool's question expired before it was answered.")
             return RunPreamble(items=[call, FunctionCallOutput(call_id=call_id, output=output)])
@@ -170,7 +145,7 @@ class McpToolset(Toolset):
         route = self._routes.get(call.name)
         if route is None:
             return ToolResult.error("unknown_tool", f"No tool named '{call.name}' is available.")
-        server, tool = route
+        server, tool = route.server, route.tool.name
         meta: dict[str, Any] = {"server": server.id, "tool": tool}
         arguments = parse_arguments(call.arguments)
         if arguments is None:
@@ -178,11 +153,11 @@ class McpToolset(Toolset):
                 "invalid_arguments",
                 "The arguments must be a JSON object.",
                 **meta,
-                outcome="invalid_arguments",
+                outcome=Outcome.INVALID_ARGUMENTS,
             )
-        key = self._cache_key(server, tool, arguments, ctx)
+        key = await self._cache_key(server, tool, arguments, ctx)
         if key is not None and (hit := await self.cache.get(key)) is not None:
-            return ToolResult(output=hit["text"], meta={**meta, "cached": True, "outcome": "ok"})
+            return ToolResult(output=hit["text"], meta={**meta, "cached": True, "outcome": Outcome.OK})
 
         outcome = await self.client.call(server, tool, arguments, ctx)
         meta["retries"] = outcome.retries
@@ -205,25 +180,38 @@ class McpToolset(Toolset):
             timed_out = isinstance(error, ToolTimeout) or (
                 isinstance(error, ToolOutcomeUnknown) and error.timed_out
             )
-            kind = "timeout" if timed_out else "error"
+            kind = Outcome.TIMEOUT if timed_out else Outcome.ERROR
             return ToolResult.error(error.code or "tool_error", error.message, **meta, outcome=kind)
         result = outcome.result
         assert result is not None
         if result.is_error:
             return ToolResult.error(
-                "tool_error", result.text or "The tool failed.", **meta, outcome="tool_error"
+                "tool_error", result.text or "The tool failed.", **meta, outcome=Outcome.TOOL_ERROR
             )
         if key is not None:  # the cache may be Redis: store what the model reads, scrubbed
             seen = fit_output(ctx.redact(result.text), self.max_result_chars)
             await self.cache.set(key, {"text": seen}, self.cache_ttl_seconds)
-        return ToolResult(output=result.text, meta={**meta, "outcome": "ok"})
+        return ToolResult(output=result.text, meta={**meta, "outcome": Outcome.OK})
 
-    def _cache_key(
+    async def _cache_key(
         self, server: McpServerConfig, tool: str, arguments: dict[str, Any], ctx: RunContext
     ) -> str | None:
         if self.cache_ttl_seconds <= 0:
             return None
-        return tool_result_key(server, tool, arguments, ctx, trusted=self.client.trusted)
+        grant = await user_grant(server, self.client.credentials, ctx)
+        if grant is False:
+            return None
+        return tool_result_key(server, tool, arguments, ctx, trusted=self.client.trusted, grant=grant)
+
+
+async def user_grant(
+    server: McpServerConfig, credentials: McpCredentials, ctx: RunContext
+) -> str | bool | None:
+    """What a cached result of a per-user server is filed under: the end user's current grant (False:
+    they have none, nothing is cached or served from the cache); None for any other server."""
+    if not server.auth.per_user:
+        return None
+    return await credentials.grant_version(server, requester_of(ctx)) or False
 
 
 def tool_result_key(
@@ -234,6 +222,7 @@ def tool_result_key(
     *,
     trusted: bool,
     prefix: str = "mcp:tool-result:",
+    grant: str | None = None,
 ) -> str | None:
     """The cache key of one call's result: the server as this organisation and end user reach it,
     the tool, its arguments and the headers forwarded to it; None when those cannot be read."""
@@ -247,6 +236,7 @@ def tool_result_key(
         tool,
         arguments,
         forwarded,
+        grant,  # a per-user server's: revoked (or made again), the old results are out of reach
     ]
     digest = hashlib.sha256(orjson.dumps(material, option=orjson.OPT_SORT_KEYS)).hexdigest()
     return f"{prefix}{digest}"
@@ -260,10 +250,3 @@ def connect_message(links: dict[str, str]) -> str:
         + "\n".join(lines)
         + "\nThen send your request again."
     )
-
-
-def _schema(tool: Any) -> dict[str, Any]:
-    schema = tool.input_schema if isinstance(tool.input_schema, dict) else {}
-    if schema.get("type") != "object":
-        return {"type": "object", "properties": {}}
-    return schema

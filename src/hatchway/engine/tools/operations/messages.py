@@ -91,6 +91,24 @@ def operation_output(op: OperationRecord, **extra: Any) -> str:
     return _dumps(body)
 
 
+def operation_summary(op: OperationRecord) -> dict[str, Any]:
+    """The operation as an MCP client reads it (a call's ``structuredContent``): status, verdict and
+    per-item ``results[]`` in full, where ``operation_output`` gives the model a compact summary."""
+    verdict = op.verdict or {}
+    body: dict[str, Any] = {
+        "operation_id": op.id,
+        "tool": op.tool,
+        "status": op.status,
+        "verdict": verdict.get("status"),
+        "results": op.items or [],
+    }
+    if op.status_reason:
+        body["reason"] = op.status_reason
+    if op.error:
+        body["error"] = op.error
+    return body
+
+
 def _compact_item(item: dict[str, Any]) -> dict[str, Any]:
     return {k: item[k] for k in ("name", "id", "success", "outcome", "error") if k in item}
 
@@ -118,3 +136,48 @@ def preamble_items(op: OperationRecord) -> list[Item]:
         FunctionCall(call_id=call_id, name=op.tool, arguments=_dumps(arguments)),
         FunctionCallOutput(call_id=call_id, output=operation_output(op)),
     ]
+
+
+def repeat_note(earlier: OperationRecord, seconds_ago: float) -> str:
+    """What a question adds when its operation would do again what ``earlier`` did moments ago."""
+    outcome = (earlier.verdict or {}).get("status") or earlier.status
+    return (
+        f"\n\n(This repeats operation {earlier.id}, confirmed {_ago(seconds_ago)} ago ({outcome}). "
+        "Reply yes only if it must be done again.)"
+    )
+
+
+def decided_answer(op: OperationRecord, still_open: OperationRecord | None = None) -> str:
+    """The gateway's answer to a reply whose question was decided already (a duplicate "yes": a
+    double click, a client's retry, a second tab): what became of that operation, never a second
+    execution; then the question of the conversation's open operation, if there is one."""
+    lines = [_decided_line(op)]
+    for item in (op.items or [])[:_MAX_LISTED]:
+        if isinstance(item, dict):
+            failed = "" if item.get("success") else f": failed ({item.get('error') or 'no reason given'})"
+            lines.append(f"- {describe_item(item)}{': done' if item.get('success') else failed}")
+    text = "\n".join(lines)
+    if still_open is not None and still_open.id != op.id and still_open.confirmation_message:
+        text += "\n\n" + still_open.confirmation_message
+    return text
+
+
+def _decided_line(op: OperationRecord) -> str:
+    head = f"Operation {op.id} ({op.tool})"
+    status = op.state
+    if status is OperationStatus.EXECUTING:
+        return (
+            f"{head} was confirmed already and is still executing; it runs once. "
+            f"Its outcome: GET /v1/operations/{op.id}."
+        )
+    if op.confirmed_at is None:
+        return f"{head} was not executed: {op.status}{f' ({op.status_reason})' if op.status_reason else ''}."
+    verdict = (op.verdict or {}).get("status")
+    ended = f"{op.status}, {verdict}" if verdict else op.status
+    reason = f" ({op.status_reason})" if op.status_reason and not verdict else ""
+    return f"{head} was confirmed already and executed once: {ended}{reason}."
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(int(seconds), 0)
+    return f"{seconds} s" if seconds < 120 else f"{seconds // 60} min"

@@ -95,6 +95,10 @@ class OperationRecord(Base):
     confirmed_at: Mapped[datetime | None] = mapped_column()
     started_at: Mapped[datetime | None] = mapped_column()
     completed_at: Mapped[datetime | None] = mapped_column()
+    repeat_of: Mapped[str | None] = mapped_column(String(40))
+    """An operation of the same conversation and end user that did the same (tool and resolved
+    arguments) moments before: this one asks again, saying so, and only a reply bound to its own
+    question confirms it (``operations.repeat_window_seconds``)."""
 
     @property
     def state(self) -> OperationStatus:
@@ -114,6 +118,22 @@ event.listen(
         f"WHERE {_AWAITING}"
     ),
 )
+
+
+class OperationQuestion(Base):
+    """One time an operation's question was put to the user: under which turn of which conversation.
+
+    ``turn_key`` digests the conversation (organisation, agent, session) and the user messages the
+    question answered (``engine/tools/operations/turns.py``); a reply that carries those same user
+    messages before its own answers this question, whatever else it says.
+    """
+
+    __tablename__ = "operation_questions"
+
+    turn_key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    operation_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    org_id: Mapped[str] = mapped_column(String(40))
+    asked_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 def arguments_digest(arguments: Any) -> str:
@@ -158,4 +178,5 @@ def operation_to_dict(op: OperationRecord) -> dict[str, Any]:
         "confirmed_at": _iso(op.confirmed_at),
         "started_at": _iso(op.started_at),
         "completed_at": _iso(op.completed_at),
+        "repeat_of": op.repeat_of,
     }

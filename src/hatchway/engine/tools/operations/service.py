@@ -2,9 +2,9 @@
 
 ``OperationService.call`` handles a model's call of one of the agent's tools and returns an
 ``OperationResult`` saying what happened — executed, needs the user's confirmation, missing
-arguments, out of scope, failed. ``OperationService.reply`` reads the end user's next message for a
-pending confirmation. Both take the ``McpToolCaller`` of the run, so the same code serves a chat
-turn, a Responses turn and ``POST /v1/operations/{id}/confirm``.
+arguments, out of scope, failed. ``OperationService.reply`` reads the end user's next message as the
+answer to the question it is bound to (``replies.py``). Both take the ``McpToolCaller`` of the run,
+so the same code serves a chat turn, a Responses turn and ``POST /v1/operations/{id}/confirm``.
 
 A toolset wraps it (``call_tool`` → ``call``; ``before_run`` → ``reply``); see the README section
 "Transactional operations".
@@ -17,31 +17,32 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
+import orjson
+
 from hatchway.config.agent_files import AgentTools, ResolvedPolicy
 from hatchway.config.agents import OperationSettings, PreValidation, ToolDefinition
 from hatchway.engine.context import RunContext
-from hatchway.engine.items import Item, ToolSpec
+from hatchway.engine.items import ToolSpec
+from hatchway.engine.run_log import Outcome
 from hatchway.engine.tools.mcp.calls import McpToolCaller
 from hatchway.engine.tools.operations.classify import classify_results
-from hatchway.engine.tools.operations.confirmation import DEFAULT_VOCABULARY, ReplyKind, classify_reply
-from hatchway.engine.tools.operations.execution import (
-    OperationConflict,
-    check_end_user,
-    confirm_operation,
-    execute_claimed,
-)
+from hatchway.engine.tools.operations.confirmation import DEFAULT_VOCABULARY, normalize
+from hatchway.engine.tools.operations.execution import execute_claimed
 from hatchway.engine.tools.operations.messages import (
     missing_arguments_output,
     operation_output,
-    preamble_items,
+    repeat_note,
     write_confirmation_message,
 )
 from hatchway.engine.tools.operations.models import OperationRecord, OperationStatus, arguments_digest
 from hatchway.engine.tools.operations.prevalidation import ValidatorAnswer, run_validator
+from hatchway.engine.tools.operations.replies import Replies, ReplyResult
 from hatchway.engine.tools.operations.specs import tool_specs
 from hatchway.engine.tools.operations.store import OperationDraft, OperationStore
+from hatchway.engine.tools.operations.turns import Turn, turn_key
 from hatchway.engine.tools.payloads import error_body, parse_arguments
 from hatchway.errors import ToolError
+from hatchway.store.columns import clean_json, clean_text
 
 S = OperationStatus
 
@@ -73,25 +74,6 @@ class OperationResult:
     operation: OperationRecord | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     """For the run log: operation_id, status, verdict, multi_item."""
-
-
-class ReplyEffect(StrEnum):
-    CONFIRMED = "confirmed"
-    CANCELLED = "cancelled"
-    ASK_AGAIN = "ask_again"
-    EXPIRED = "expired"
-
-
-@dataclass(slots=True)
-class ReplyResult:
-    """What the user's reply did to the conversation's pending operation."""
-
-    effect: ReplyEffect
-    operation: OperationRecord
-    items: list[Item] = field(default_factory=list)
-    """The operation as a call + output, for the model to report (CONFIRMED, CANCELLED, EXPIRED)."""
-    answer: str | None = None
-    """For ASK_AGAIN: the question to repeat to the user."""
 
 
 _STEP_OF_STATUS = {
@@ -131,6 +113,7 @@ class OperationService:
         self.settings = settings or OperationSettings()
         words = self.settings.confirmation_words
         self.vocabulary = DEFAULT_VOCABULARY.extended(yes=words.yes, no=words.no, filler=words.filler)
+        self.replies = Replies(agent, store, self.settings, self.vocabulary)
 
     def tool_specs(self) -> list[ToolSpec]:
         """The enabled tools as the model sees them."""
@@ -158,8 +141,10 @@ class OperationService:
         caller: McpToolCaller,
         *,
         call_id: str | None = None,
+        turn: str | None = None,
     ) -> OperationResult:
-        """Run one call of tool ``name`` under its policy."""
+        """Run one call of tool ``name`` under its policy. ``turn``: the conversation's turn
+        (``turns.conversation_turn``) under which a question asked now is filed."""
         tool = self.tools.enabled().get(name)
         if tool is None:
             return _error_result(ResultKind.INVALID, "unknown_tool", f"{name} is not a tool of this agent.")
@@ -185,7 +170,7 @@ class OperationService:
             answer = await run_validator(caller, tool.mcp_server, policy.pre_validation.tool or "", args, ctx)
             if stop := await self._validator_stop(op, answer, policy.pre_validation):
                 return stop
-        return await self._after_validation(op, policy, answer, ctx, caller)
+        return await self._after_validation(op, policy, answer, ctx, caller, turn)
 
     async def _validator_stop(
         self, op: OperationRecord, answer: ValidatorAnswer, rule: PreValidation
@@ -221,10 +206,12 @@ class OperationService:
         answer: ValidatorAnswer | None,
         ctx: RunContext,
         caller: McpToolCaller,
+        turn: str | None = None,
     ) -> OperationResult:
         """Freeze the (resolved) arguments, then ask the user or, without confirmation, execute."""
         usable = answer if answer is not None and not answer.failed else None
-        resolved = (usable.resolved_arguments if usable else None) or op.arguments
+        # As stored (a NUL or a lone surrogate replaced), so the digest is that of what executes.
+        resolved = clean_json((usable.resolved_arguments if usable else None) or op.arguments)
         target = (usable.target_tool if usable else None) or op.tool
         target_tool = self.tools.enabled().get(target)
         if target_tool is None:
@@ -241,20 +228,50 @@ class OperationService:
             "server": target_tool.mcp_server,
         }
         tainted_by = _untrusted_before(ctx)
-        if not policy.require_confirmation and not tainted_by:
-            return await self._execute_now(op, frozen, ctx, caller)
         message = (usable.confirmation_message if usable else None) or write_confirmation_message(
             target, target_tool.description, resolved, answer
         )
-        if not policy.require_confirmation:  # asked only because untrusted output came before it
+        message = clean_text(message)
+        repeats = await self._repeats(op, target, resolved, message)
+        if not policy.require_confirmation and not tainted_by and repeats is None:
+            return await self._execute_now(op, frozen, ctx, caller)
+        if not policy.require_confirmation and tainted_by:  # asked because untrusted output came first
             message += (
                 f"\n\n(Asked because this follows output of {', '.join(tainted_by)}, which this gateway "
                 "treats as untrusted.)"
             )
-        expires = self.store.clock() + timedelta(seconds=self.settings.confirmation_ttl_seconds)
+        now = self.store.clock()
+        if repeats is not None:
+            frozen["repeat_of"] = repeats.id
+            message += repeat_note(repeats, (now - (repeats.confirmed_at or now)).total_seconds())
+        expires = now + timedelta(seconds=self.settings.confirmation_ttl_seconds)
+        key = turn_key(op.org_id, self.agent, op.session_key, turn) if turn and op.session_key else None
         # Superseded meanwhile, the result says CANCELLED; otherwise it asks the user ``message``.
-        await self.store.await_confirmation(op, confirmation_message=message, expires_at=expires, **frozen)
+        await self.store.await_confirmation(
+            op, confirmation_message=message, expires_at=expires, turn_key=key, **frozen
+        )
         return await self._current_result(op.id)
+
+    async def _repeats(
+        self, op: OperationRecord, tool: str, resolved: dict[str, Any], question: str
+    ) -> OperationRecord | None:
+        """The recent execution of the same conversation and end user that ``op`` would repeat
+        (``operations.repeat_window_seconds``): the same tool with the same resolved arguments, lists
+        in any order; or any operation whose question was the same words (so that no two questions
+        of a conversation that a yes can tell apart only by when it came read alike)."""
+        window = self.settings.repeat_window_seconds
+        if window <= 0 or op.session_key is None:
+            return None
+        since = self.store.clock() - timedelta(seconds=window)
+        digest = arguments_digest(_unordered(resolved))
+        asked = normalize(question)
+        for earlier in await self.store.recent_executions(op, since=since):
+            earlier_args = earlier.resolved_arguments if earlier.resolved_arguments is not None else {}
+            if earlier.tool == tool and arguments_digest(_unordered(earlier_args)) == digest:
+                return earlier
+            if earlier.confirmation_message is not None and normalize(earlier.confirmation_message) == asked:
+                return earlier
+        return None
 
     async def _execute_now(
         self, op: OperationRecord, frozen: dict[str, Any], ctx: RunContext, caller: McpToolCaller
@@ -309,34 +326,14 @@ class OperationService:
 
     # -- the user's reply ------------------------------------------------------------------------
 
-    async def reply(self, text: str, ctx: RunContext, caller: McpToolCaller) -> ReplyResult | None:
-        """Decide the conversation's pending confirmation from the user's message; None if none."""
-        if ctx.session_key is None:
-            return None
-        op = await self.store.pending_for(ctx.org_id, self.agent, ctx.session_key)
-        if op is None:
-            return None
-        # While it is pending, the conversation answers to its end user alone: anyone else's message,
-        # a yes or a no or anything, is refused rather than read as a reply (or answered with it).
-        check_end_user(op, ctx)
-        if self.store.is_expired(op):
-            expired = await self.store.get(op.id, org_id=ctx.org_id)  # applies the expiry
-            return ReplyResult(ReplyEffect.EXPIRED, expired, preamble_items(expired))
-        kind = classify_reply(text, self.vocabulary)
-        if kind is ReplyKind.AMBIGUOUS:
-            return ReplyResult(ReplyEffect.ASK_AGAIN, op, answer=op.confirmation_message)
-        if kind is ReplyKind.NO:
-            await self.store.cancel(op.id, "cancelled by the user's reply", org_id=ctx.org_id)
-            current = await self.store.get(op.id, org_id=ctx.org_id)
-            return ReplyResult(ReplyEffect.CANCELLED, current, preamble_items(current))
-        try:
-            confirmation = await confirm_operation(self.store, op.id, caller, ctx, via="reply")
-        except OperationConflict as exc:  # expired or cancelled between our read and the claim
-            expired = exc.code == "operation_expired"
-            decided = ReplyEffect.EXPIRED if expired else ReplyEffect.CANCELLED
-            return ReplyResult(decided, exc.operation, preamble_items(exc.operation))
-        done = confirmation.operation
-        return ReplyResult(ReplyEffect.CONFIRMED, done, preamble_items(done))
+    async def reply(self, turn: Turn | str, ctx: RunContext, caller: McpToolCaller) -> ReplyResult | None:
+        """What the end user's new message does to the question it answers (``replies.py``); None:
+        nothing, the model reads it. A plain string is a bare reply: no conversation around it."""
+        return await self.replies.read(Turn.bare(turn) if isinstance(turn, str) else turn, ctx, caller)
+
+    def wait_seconds(self, ctx: RunContext) -> float:
+        """How long a duplicate confirmation waits for an executing operation's outcome."""
+        return self.replies.wait_seconds(ctx)
 
     # -- internals -------------------------------------------------------------------------------
 
@@ -413,15 +410,28 @@ def policy_snapshot(policy: ResolvedPolicy) -> dict[str, Any]:
 def _meta(op: OperationRecord) -> dict[str, Any]:
     meta: dict[str, Any] = {"operation_id": op.id, "operation_status": op.status}
     if op.verdict:
-        meta["outcome"] = op.verdict.get("status")
+        status = op.verdict.get("status")
+        if status is not None:  # the call's outcome on an MCP endpoint (the loop's is the result's kind)
+            meta["outcome"] = Outcome(status)
         meta["multi_item"] = op.verdict.get("multi_item")
     return meta
 
 
 def _error_result(kind: ResultKind, code: str, message: str) -> OperationResult:
     return OperationResult(
-        kind, error_body(code, message), is_error=True, meta={"outcome": "error", "error_code": code}
+        kind, error_body(code, message), is_error=True, meta={"outcome": Outcome.ERROR, "error_code": code}
     )
+
+
+def _unordered(value: Any) -> Any:
+    """``value`` with every list sorted: arguments that name the same items in another order."""
+    if isinstance(value, dict):
+        return {k: _unordered(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return sorted(
+            (_unordered(v) for v in value), key=lambda v: orjson.dumps(v, option=orjson.OPT_SORT_KEYS)
+        )
+    return value
 
 
 def _untrusted_before(ctx: RunContext) -> list[str]:

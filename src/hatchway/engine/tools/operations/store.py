@@ -28,16 +28,51 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
-from hatchway.engine.tools.operations.models import OPEN_STATES, OperationRecord, OperationStatus
+from hatchway.engine.tools.operations.models import (
+    OPEN_STATES,
+    OperationQuestion,
+    OperationRecord,
+    OperationStatus,
+)
 from hatchway.errors import NotFound
 from hatchway.ids import new_id
+from hatchway.store.columns import clean_json
 from hatchway.store.db import Database
 from hatchway.store.tables import utcnow
 
 S = OperationStatus
 _SUPERSEDE_ATTEMPTS = 3
+_TURN_CANDIDATES = 50
+"""Operations looked at to bind one reply (a turn's questions, a conversation's latest)."""
 EXPIRED = "expired: no confirmation before expires_at; nothing was executed"
 LEASE_LAPSED = "interrupted: the executor stopped before reporting an outcome; not re-run"
+OTHER_USER_PENDING = (
+    "not asked: operation {} of another end user awaits confirmation in this conversation; nothing was "
+    "executed"
+)
+
+
+def _clean(values: dict[str, Any]) -> dict[str, Any]:
+    """Values as every backend stores them: PostgreSQL refuses a NUL or a lone surrogate in text, and
+    these come from models, users, validators and MCP servers."""
+    return {k: clean_json(v) if isinstance(v, str | dict | list) else v for k, v in values.items()}
+
+
+def _requested_by(end_user: str | None) -> Any:
+    return (
+        OperationRecord.requested_by.is_(None)
+        if end_user is None
+        else OperationRecord.requested_by == end_user
+    )
+
+
+def _same_conversation(op: OperationRecord) -> list[Any]:
+    return [
+        OperationRecord.org_id == op.org_id,
+        OperationRecord.agent == op.agent,
+        OperationRecord.session_key == op.session_key,
+        _requested_by(op.requested_by),
+    ]
 
 
 def executor_id() -> str:
@@ -121,10 +156,10 @@ class OperationStore:
             tool=draft.tool,
             server=draft.server,
             operation_type=draft.operation_type,
-            policy=draft.policy,
-            call_id=draft.call_id,
+            policy=clean_json(draft.policy),
+            call_id=clean_json(draft.call_id) if draft.call_id is not None else None,
             response_id=draft.response_id,
-            arguments=draft.arguments,
+            arguments=clean_json(draft.arguments),
             requested_by=draft.requested_by,
             created_at=now,
             updated_at=now,
@@ -145,14 +180,21 @@ class OperationStore:
         stmt = (
             update(OperationRecord)
             .where(OperationRecord.id == op_id, OperationRecord.status.in_([s.value for s in from_states]))
-            .values(status=to.value, updated_at=self.clock(), **values)
+            .values(status=to.value, updated_at=self.clock(), **_clean(values))
             .execution_options(synchronize_session=False)
         )
         async with self.db.session() as s:
             return (await s.execute(stmt)).rowcount == 1
 
-    async def await_confirmation(self, op: OperationRecord, **values: Any) -> bool:
-        """Open → AWAITING_CONFIRMATION, superseding any other pending one of the conversation."""
+    async def await_confirmation(
+        self, op: OperationRecord, *, turn_key: str | None = None, **values: Any
+    ) -> bool:
+        """Open → AWAITING_CONFIRMATION, superseding its end user's other pending one of the
+        conversation; the question is filed under ``turn_key`` in the same transaction (``turns.py``).
+
+        Another end user's question pending in the conversation is left alone: this one is
+        CANCELLED instead (one question per conversation), and False returned."""
+        values = _clean(values)
         for attempt in range(_SUPERSEDE_ATTEMPTS):
             now = self.clock()
             try:
@@ -168,10 +210,22 @@ class OperationStore:
                         .values(status=S.AWAITING_CONFIRMATION, updated_at=now, **values)
                         .execution_options(synchronize_session=False)
                     )
-                    return (await s.execute(stmt)).rowcount == 1
+                    if (await s.execute(stmt)).rowcount != 1:
+                        return False
+                    if turn_key is not None:
+                        s.add(
+                            OperationQuestion(
+                                turn_key=turn_key, operation_id=op.id, org_id=op.org_id, asked_at=now
+                            )
+                        )
+                    return True
             except IntegrityError:
-                # Another request of the same conversation became pending at the same moment
-                # (the unique index refused ours); supersede it and try again.
+                # Another question of the conversation is pending (the unique index refused ours):
+                # another end user's stays; one of ours that came at the same moment is superseded.
+                other = await self.pending_for(op.org_id, op.agent, op.session_key or "")
+                if other is not None and other.requested_by != op.requested_by:
+                    await self.cancel(op.id, OTHER_USER_PENDING.format(other.id))
+                    return False
                 if attempt == _SUPERSEDE_ATTEMPTS - 1:
                     raise
         return False
@@ -210,7 +264,7 @@ class OperationStore:
                 updated_at=now,
                 executor=self.instance_id,
                 lease_expires_at=now + timedelta(seconds=self.lease_seconds),
-                **values,
+                **_clean(values),
             )
             .execution_options(synchronize_session=False)
         )
@@ -244,7 +298,7 @@ class OperationStore:
                 OperationRecord.status.in_([S.EXECUTING, S.INTERRUPTED]),
                 OperationRecord.executor == self.instance_id,
             )
-            .values(status=to, updated_at=now, completed_at=now, lease_expires_at=None, **values)
+            .values(status=to, updated_at=now, completed_at=now, lease_expires_at=None, **_clean(values))
             .execution_options(synchronize_session=False)
         )
         async with self.db.session() as s:
@@ -259,7 +313,7 @@ class OperationStore:
         stmt = (
             update(OperationRecord)
             .where(*conditions)
-            .values(status=S.CANCELLED, status_reason=reason, updated_at=now, completed_at=now)
+            .values(status=S.CANCELLED, status_reason=clean_json(reason), updated_at=now, completed_at=now)
             .execution_options(synchronize_session=False)
         )
         async with self.db.session() as s:
@@ -348,13 +402,101 @@ class OperationStore:
             return await s.scalar(stmt)
 
     async def wait_for_outcome(self, op_id: str, seconds: float, interval: float = 0.05) -> OperationRecord:
-        """Poll until the operation leaves EXECUTING (another executor's outcome) or ``seconds`` pass."""
+        """Poll until the operation leaves EXECUTING (another executor's outcome) or ``seconds`` pass;
+        the polls space out from ``interval`` to half a second."""
         deadline = time.monotonic() + seconds
         while True:
             row = await self.get(op_id)
-            if row.state is not S.EXECUTING or time.monotonic() >= deadline:
+            left = deadline - time.monotonic()
+            if row.state is not S.EXECUTING or left <= 0:
                 return row
-            await asyncio.sleep(interval)
+            await asyncio.sleep(min(interval, left))
+            interval = min(interval * 1.5, 0.5)
+
+    # -- questions and what a reply answers ------------------------------------------------------
+
+    async def file_question(self, op: OperationRecord, turn_key: str) -> None:
+        """Record that ``op``'s question was put to the user (again) in the turn ``turn_key``."""
+        stmt = (
+            self.db.insert(OperationQuestion)
+            .values(turn_key=turn_key, operation_id=op.id, org_id=op.org_id, asked_at=self.clock())
+            .on_conflict_do_nothing()
+        )
+        async with self.db.session() as s:
+            await s.execute(stmt)
+
+    async def asked_in(self, org_id: str, turn_key: str) -> list[OperationRecord]:
+        """The operations whose question was asked in the turn ``turn_key``, the latest asked first."""
+        stmt = (
+            select(OperationRecord)
+            .join(OperationQuestion, OperationQuestion.operation_id == OperationRecord.id)
+            .where(
+                OperationQuestion.turn_key == turn_key,
+                OperationQuestion.org_id == org_id,
+                OperationRecord.org_id == org_id,
+            )
+            .order_by(OperationQuestion.asked_at.desc(), OperationRecord.id.desc())
+            .limit(_TURN_CANDIDATES)
+        )
+        async with self.db.session() as s:
+            return list(await s.scalars(stmt))
+
+    async def questions_of(self, org_id: str, agent: str, session_key: str) -> list[OperationRecord]:
+        """The conversation's latest operations that asked the user something, newest first."""
+        stmt = (
+            select(OperationRecord)
+            .where(
+                OperationRecord.org_id == org_id,
+                OperationRecord.agent == agent,
+                OperationRecord.session_key == session_key,
+                OperationRecord.confirmation_message.is_not(None),
+            )
+            .order_by(OperationRecord.id.desc())
+            .limit(_TURN_CANDIDATES)
+        )
+        async with self.db.session() as s:
+            return list(await s.scalars(stmt))
+
+    async def recent_executions(self, twin: OperationRecord, *, since: datetime) -> list[OperationRecord]:
+        """The operations of ``twin``'s conversation and end user set executing since ``since`` that
+        may have run (not FAILED), newest first."""
+        if twin.session_key is None:
+            return []
+        stmt = (
+            select(OperationRecord)
+            .where(
+                *_same_conversation(twin),
+                OperationRecord.id != twin.id,
+                OperationRecord.status.in_([S.EXECUTING, S.COMPLETED, S.INTERRUPTED]),
+                OperationRecord.confirmed_at >= since,
+            )
+            .order_by(OperationRecord.confirmed_at.desc())
+            .limit(_TURN_CANDIDATES)
+        )
+        async with self.db.session() as s:
+            return list(await s.scalars(stmt))
+
+    async def last_confirmed(
+        self, org_id: str, agent: str, session_key: str, requested_by: str | None, *, since: datetime
+    ) -> OperationRecord | None:
+        """The conversation's operation a user confirmed last, if it executes still or finished since
+        ``since`` (a bare yes moments after a confirmation is that confirmation again)."""
+        stmt = (
+            select(OperationRecord)
+            .where(
+                OperationRecord.org_id == org_id,
+                OperationRecord.agent == agent,
+                OperationRecord.session_key == session_key,
+                _requested_by(requested_by),
+                OperationRecord.confirmed_at.is_not(None),
+                OperationRecord.confirmed_via != "policy",
+                (OperationRecord.status == S.EXECUTING) | (OperationRecord.completed_at >= since),
+            )
+            .order_by(OperationRecord.confirmed_at.desc())
+            .limit(1)
+        )
+        async with self.db.session() as s:
+            return await s.scalar(stmt)
 
     def is_expired(self, op: OperationRecord) -> bool:
         return op.state.is_open and op.expires_at <= self.clock()
@@ -367,6 +509,8 @@ class OperationStore:
         return lapsed or self.is_expired(row)
 
     async def _read(self, op_id: str, org_id: str | None) -> OperationRecord | None:
+        if "\x00" in op_id or len(op_id) > 40:  # no id holds one, and PostgreSQL refuses it in a query
+            return None
         stmt = select(OperationRecord).where(OperationRecord.id == op_id)
         if org_id is not None:
             stmt = stmt.where(OperationRecord.org_id == org_id)
@@ -382,6 +526,7 @@ class OperationStore:
                 OperationRecord.org_id == newer.org_id,
                 OperationRecord.agent == newer.agent,
                 OperationRecord.session_key == newer.session_key,
+                _requested_by(newer.requested_by),  # another end user's question is not ours to drop
                 OperationRecord.id != newer.id,
                 OperationRecord.status.in_([s.value for s in states]),
             )

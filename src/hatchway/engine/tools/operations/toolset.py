@@ -1,22 +1,25 @@
 """An agent's tools.yaml tools as a toolset of the loop: policies on every call, the user's reply first.
 
 ``call_tool`` runs a model's call through ``OperationService.call``; a call that needs the user's
-confirmation pauses the loop with an ``Interruption`` whose message is the confirmation question.
-``before_run`` reads the end user's new message — and only that — for the conversation's pending
-operation (``OperationService.reply``):
+confirmation pauses the loop with an ``Interruption`` whose message is the confirmation question,
+filed under the conversation's turn. ``before_run`` reads the end user's new message — and only
+that — as the answer to the question it is bound to (``turns.py``; ``OperationService.reply``):
 
-- no pending operation, or a message that is not the user's: nothing happens;
-- yes / no / expired: the operation (executed, cancelled or expired) is put before the model as a
-  call and its per-item output, and the model reports it;
+- bound to no question and nothing pending, or a message that is not the user's: nothing happens;
+- yes / no / expired for a pending question: the operation (executed, cancelled or expired) is put
+  before the model as a call and its per-item output, and the model reports it;
+- a yes to a question decided already (a double click, a client's retry, a second tab, the confirm
+  endpoint first): the gateway answers with that operation's outcome, waiting for it while it
+  executes; the model is not called, so it cannot call the tool again;
 - ambiguous: the same question is asked again and the model is not called. While an operation
-  awaits confirmation, the last thing the user sees is therefore always its question, so a later
-  "sim" can only mean that question. To ask for something else the user says no first, alone or
-  with the new request ("não, cancele só o Produto A"): the no cancels, and the model, called on
-  the same message, may start the new operation.
+  awaits confirmation, the last thing the user sees is therefore always its question. To ask for
+  something else the user says no first, alone or with the new request ("não, cancele só o
+  Produto A"): the no cancels, and the model, called on the same message, may start the new one.
 
 Confirmation never comes from the model or a tool: tool outputs and assistant messages are never
 read as replies, and a model calling the tool again (with ``"confirm": true`` or anything else)
-only opens a new operation, which supersedes the pending one and asks the user again.
+only opens a new operation, which supersedes the pending one and asks the user again — saying so
+when it repeats a recent execution, which only a reply to that new question confirms.
 """
 
 from __future__ import annotations
@@ -25,15 +28,13 @@ import asyncio
 from typing import Any
 
 from hatchway.engine.context import RunContext
-from hatchway.engine.items import FunctionCall, Item, Message, ToolSpec
+from hatchway.engine.items import FunctionCall, Item, ToolSpec
+from hatchway.engine.run_log import Outcome
 from hatchway.engine.tools.base import Interruption, RunPreamble, ToolResult, Toolset
 from hatchway.engine.tools.mcp.calls import McpToolCaller
-from hatchway.engine.tools.operations.service import (
-    OperationResult,
-    OperationService,
-    ReplyEffect,
-    ResultKind,
-)
+from hatchway.engine.tools.operations.replies import ReplyEffect
+from hatchway.engine.tools.operations.service import OperationResult, OperationService, ResultKind
+from hatchway.engine.tools.operations.turns import conversation_turn, read_turn
 
 
 class OperationToolset(Toolset):
@@ -44,6 +45,9 @@ class OperationToolset(Toolset):
         self.caller = caller
         self._asking: str | None = None
         """The operation this run asks the user to confirm (one per run)."""
+        self._turn: str | None = None
+        """The conversation's turn (``turns.conversation_turn``): a question asked in this run is
+        filed under it, so the reply to it is bound to it."""
         self._lock = asyncio.Lock()
 
     async def list_tools(self, ctx: RunContext) -> list[ToolSpec]:
@@ -73,18 +77,22 @@ class OperationToolset(Toolset):
         return self._result(call, result)
 
     async def before_run(self, items: list[Item], ctx: RunContext) -> RunPreamble | None:
-        last = items[-1] if items else None
-        if not isinstance(last, Message) or last.role != "user":
+        self._turn = conversation_turn(items)
+        turn = read_turn(items, ctx)
+        if turn is None:
             return None  # only the end user's own message can answer a confirmation
-        reply = await self.service.reply(last.text, ctx, self.caller)
+        reply = await self.service.reply(turn, ctx, self.caller)
         if reply is None:
             return None
-        if reply.effect is ReplyEffect.ASK_AGAIN:
-            return RunPreamble(answer=reply.answer or reply.operation.confirmation_message or "")
+        if reply.effect in (ReplyEffect.ASK_AGAIN, ReplyEffect.DECIDED):
+            answer = reply.answer or reply.operation.confirmation_message or ""
+            return RunPreamble(answer=answer, operation_id=reply.operation.id)
         return RunPreamble(items=reply.items)
 
     async def _call(self, call: FunctionCall, ctx: RunContext) -> OperationResult:
-        return await self.service.call(call.name, call.arguments, ctx, self.caller, call_id=call.call_id)
+        return await self.service.call(
+            call.name, call.arguments, ctx, self.caller, call_id=call.call_id, turn=self._turn
+        )
 
     def _result(self, call: FunctionCall, result: OperationResult) -> ToolResult:
         """The call's result as the loop takes it; ``meta`` (operation id, status, verdict) goes to the
@@ -93,7 +101,7 @@ class OperationToolset(Toolset):
         op = result.operation
         if op is not None and op.verdict:
             meta["verdict"] = op.verdict.get("status")
-        meta["outcome"] = "error" if "error_code" in meta else result.kind.value
+        meta["outcome"] = Outcome.ERROR if "error_code" in meta else Outcome(result.kind.value)
         interrupt = None
         if result.kind is ResultKind.NEEDS_CONFIRMATION and op is not None:
             interrupt = Interruption(

@@ -11,6 +11,7 @@ import orjson
 from hatchway.config.settings import SubagentSettings
 from hatchway.engine.context import Delegation, RunContext
 from hatchway.engine.items import FunctionCall, ToolSpec
+from hatchway.engine.run_log import Outcome
 from hatchway.engine.tools.base import ToolResult, Toolset
 from hatchway.engine.tools.subagents.contract import (
     ATTEMPTS,
@@ -133,5 +134,5 @@ def _failure(code: str, message: str, **meta: Any) -> ToolResult:
     return ToolResult(
         orjson.dumps(failure(code, message)).decode(),
         is_error=True,
-        meta={"server": "hatchway", "outcome": "error", "error_code": code, **meta},
+        meta={"server": "hatchway", "outcome": Outcome.ERROR, "error_code": code, **meta},
     )
