@@ -57,9 +57,12 @@ def oauth_gateway(
     server: McpTestServer,
     secret_scanner: SecretScanner,
     redis_url: str | None = None,
+    timeout_ms: int = 10_000,
     **auth: Any,
 ) -> RunningGateway:
-    """A gateway whose routing rule binds ``server`` with oauth auth; the client secret is stored."""
+    """A gateway whose routing rule binds ``server`` with oauth auth; the client secret is stored.
+    ``timeout_ms`` bounds the token exchange and each call: short only where a hang is the point (a
+    busy machine can take over a second on the happy path)."""
     plugin = {
         "mcp_servers": [
             {
@@ -74,7 +77,7 @@ def oauth_gateway(
                     **auth,
                 },
                 "tools": ["echo", "grow", "extra"],
-                "timeout_ms": 1500,
+                "timeout_ms": timeout_ms,
                 "max_retries": 2,
             }
         ]
@@ -207,7 +210,7 @@ def test_a_failed_token_exchange_is_a_tool_error_and_nothing_reaches_the_server(
     tmp_path: Path,
 ) -> None:
     idp.expires_in = 1  # refreshed after half a second
-    gateway = oauth_gateway(gateway_factory, tmp_path, idp, billing, secret_scanner)
+    gateway = oauth_gateway(gateway_factory, tmp_path, idp, billing, secret_scanner, timeout_ms=1500)
     llm.reply("warm")  # lists the tools with a first token; the listing stays cached
     ask(gateway, secret_scanner)
     [first] = idp.issued

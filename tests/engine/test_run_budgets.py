@@ -149,3 +149,47 @@ def test_a_cost_budget_counts_the_priced_calls(
     record = log_of(gateway, raw.headers["x-hatchway-request-id"])
     [spent] = [s for s in record["steps"] if s["type"] == "budget_exhausted"]
     assert spent["budget"] == "cost_usd" and spent["used"] == 0.00024
+
+
+def test_children_started_in_one_round_share_the_trees_token_budget(
+    gateway_factory: Any, llm: ScriptedLLM
+) -> None:
+    """Eight children started by one round each take a part of the room the tree's budget leaves,
+    held until they end, and each child's model call asks for no more output than its part leaves:
+    together they cannot spend more than the room (without the shares, each would spend it whole)."""
+    gateway = gateway_factory(
+        agents=[
+            {
+                "name": "orchestrator",
+                "model": "gpt-4o",
+                "instructions": "You delegate.",
+                "subagents": {"enabled": True, "max_depth": 1, "max_children_per_run": 8},
+                "max_run_tokens": 1000,
+            }
+        ]
+    )
+    children: list[tuple[int, int]] = []  # (output limit asked for, tokens the child's call used)
+
+    def script(body: dict[str, Any]) -> Reply:
+        last = body["messages"][-1]
+        if _final_round(body) or last["role"] == "tool":
+            return Reply(text="summary", prompt_tokens=150, completion_tokens=10)
+        if last.get("content") == "research":  # the parent's first round: eight children at once
+            calls = [("spawn_subagent", {"task": f"dig {n}"}) for n in range(8)]
+            return Reply(tool_calls=calls, prompt_tokens=100, completion_tokens=20)
+        # A child: a short prompt (less than the gateway's estimate of it) and a long answer, cut
+        # at the output limit it is sent, as a real model does.
+        limit = body.get("max_completion_tokens") or body.get("max_tokens") or 10_000
+        output = min(limit, 400)
+        children.append((limit, 20 + output))
+        return Reply(text="x" * output, prompt_tokens=20, completion_tokens=output)
+
+    llm.handler = script
+    parent = gateway.client().responses.create(model="agent:orchestrator", input="research")
+
+    room = 1000 - 120  # what the parent's first round left
+    assert sum(used for _, used in children) <= room, children  # 4 x 420 and 4 refused without shares
+    assert all(limit < room for limit, _ in children), children  # each was sent its part's limit
+    calls = [json.loads(item.output) for item in parent.output if item.type == "mcp_call"]
+    assert len(calls) == 8 and all(call["ok"] for call in calls), calls
+    assert len(children) == 8

@@ -213,9 +213,46 @@ def test_a_subagent_that_ran_a_tool_and_then_failed_is_not_run_again(
 
     parent = gateway.client().responses.create(model="agent:payer", input="top")
 
-    assert server.tool_calls("echo") == 1 and server.executions["echo"] == 1
     [call] = [item for item in parent.output if item.type == "mcp_call"]
     result = json.loads(call.output)
+    assert server.tool_calls("echo") == 1 and server.executions["echo"] == 1, result
     assert result["ok"] is False and result["error_code"] == "child_request_failed"
     assert "not run again" in result["message"]
     assert parent.output_text.startswith("Answer from:")
+
+
+def test_a_subagent_whose_only_tool_call_reached_no_tool_is_run_again_when_it_fails(
+    mcp_server_factory: Callable[..., McpTestServer], gateway_factory, llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    """A call of a tool no toolset has (the model made the name up, or its server was not listed)
+    reaches nothing: a child that failed after one has no side effect to repeat, and is run again."""
+    server = mcp_server_factory("s")
+    agent = {
+        "name": "payer",
+        "model": "gpt-4o",
+        "plugin": write_plugin(tmp_path, "payer", {"mcp_servers": [{"id": "s", "url": server.url}]}),
+        "subagents": {"enabled": True, "max_depth": 1},
+    }
+    failed: list[int] = []
+
+    def script(body: dict[str, Any]) -> Reply:
+        task = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        results = tool_messages(body)
+        if task == "top":
+            return summarise(body) if results else Reply(tool_calls=[("spawn_subagent", {"task": "pay"})])
+        if not results:
+            return Reply(tool_calls=[("ghost__pay", {"text": "paid"})])
+        if not failed:  # the first child's second model call fails; the second child answers
+            failed.append(1)
+            return Reply(status=502, error="the upstream is down")
+        return Reply(text="the child's answer")
+
+    llm.handler = script
+    gateway = gateway_factory(agents=[agent])
+
+    parent = gateway.client().responses.create(model="agent:payer", input="top")
+
+    [call] = [item for item in parent.output if item.type == "mcp_call"]
+    result = json.loads(call.output)
+    assert result["ok"] is True and "the child's answer" in json.dumps(result), result
+    assert failed == [1] and server.tool_calls() == 0

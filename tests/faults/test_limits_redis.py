@@ -227,7 +227,7 @@ PRICED = [
         "name": "gpt-4o",
         "provider": "upstream",
         "upstream_model": "gpt-4o-2024",
-        "price": {"input_per_mtok": 1_000_000, "output_per_mtok": 1_000_000},  # 1 USD per token
+        "price": {"input_per_mtok": 10_000, "output_per_mtok": 10_000},  # 0.01 USD per token
     }
 ]
 
@@ -236,7 +236,9 @@ class Budgeted:
     """A gateway whose runs cost 5 USD each against a 1 USD daily budget, so any run spends it and a
     probe is refused with the count in its message; ``runs`` are admitted at once, each held at the
     upstream until ``finish(name)``. Records reach the log 2 s after their run, so a count read
-    from the log then misses the runs in flight."""
+    from the log then misses the runs in flight. A run's admission holds the estimate of its short
+    prompt (about 0.2 USD; no output is held), which lets all of them in; the upstream then reports
+    500 tokens."""
 
     def __init__(
         self,
@@ -249,11 +251,11 @@ class Budgeted:
         self.gates = {name: threading.Event() for name in names}
         llm.handler = lambda body: Reply(
             text="ok",
-            prompt_tokens=3,
-            completion_tokens=2,
+            prompt_tokens=300,
+            completion_tokens=200,
             gate=self.gates.get(body["messages"][-1]["content"]),
         )
-        config = _limited(redis_server, refresh_seconds=0.2)
+        config = _limited(redis_server, refresh_seconds=0.2, budget_hold_output_tokens=0)
         config["limits"]["keys"]["*"] = {"budget_usd_per_day": 1}
         config["run_records"] = {"linger_seconds": 2, "retry_seconds": 0.5}
         upstream = {"id": "upstream", "base_url": llm.base_url, "timeout_seconds": 60}  # runs held a while

@@ -251,10 +251,10 @@ def _wait_for_ctrl_c(console: Console, stack: DemoStack) -> None:
     try:  # a Ctrl-C as soon as the line is out is the stop it asks for, not an interruption
         console.print(f"\nThe gateway keeps running at {stack.gateway_url} — press Ctrl-C to stop it.")
         while stack.gateway_server is not None and stack.gateway_server.running:
-            if hasattr(signal, "pause"):
-                signal.pause()  # until a signal: Ctrl-C raises KeyboardInterrupt here
-            else:
-                time.sleep(1)
+            # Not signal.pause(): a Ctrl-C arriving between the loop's check and the pause itself
+            # is handled only at the next signal, so the demo hung (seen on a loaded machine). A
+            # sleep is cut short by the signal, or ends within half a second to handle it.
+            time.sleep(0.5)
     except KeyboardInterrupt:
         console.print()
 

@@ -62,6 +62,16 @@ class RunBudget:
         self.max_tool_calls = _lower(self.max_tool_calls, other.max_tool_calls)
 
 
+@dataclass(frozen=True, slots=True)
+class RunShare:
+    """A subagent's part of its tree's budget, taken as it starts (``RunState.take_share``): what
+    the room left was when it started, divided among the children its parent's round still had to
+    start. Until the child ends, the part it has not used is held: no sibling can spend it."""
+
+    tokens: int | None = None
+    cost_usd: float | None = None
+
+
 def _lower(a: Any, b: Any) -> Any:
     return b if a is None else a if b is None else min(a, b)
 
@@ -125,6 +135,13 @@ class RunState:
     """On the root's state: a guard's ``confirm`` action fired; every transactional tool asks."""
     record_id: str | None = None
     """The id of this run's record in the run log (set by its scope, ``engine/run.py``)."""
+    share: RunShare | None = None
+    """On a subagent's state, when the tree has a token or cost budget: its part of it."""
+    ended: bool = False
+    """Set when a subagent's run ended: its share is no longer held."""
+    spawns_pending: int = 0
+    """The subagents this run's current round has yet to start (set by the loop as the round's
+    tools start): each takes an equal part of the room left, so the first cannot take it all."""
 
     def report(self, step: ReportedStep) -> None:
         """Add ``step`` to the run log. A listing is of the round the run is in; a side call's
@@ -194,24 +211,93 @@ class RunState:
         return root.budget
 
     def budget_spent(self, *, next_tokens: int = 0, next_cost: float = 0.0) -> BudgetSpent | None:
-        """The tree's budget that is spent, or that a next round costing this much would pass."""
+        """The tree's budget that is spent, or that a next round costing this much would pass: the
+        tree's own, or the share of it this run (or a run above it) took, less what the runs in
+        progress elsewhere in the tree hold of theirs."""
         root = self.root
         budget = root.budget
         if budget is None:
             return None
-        if budget.max_tokens is not None:
-            used = root.tree_usage().total_tokens
-            if used + next_tokens >= budget.max_tokens:
-                return BudgetSpent("tokens", used, budget.max_tokens)
-        if budget.max_cost_usd is not None:
-            spent = root.tree_cost()
-            if spent + next_cost >= budget.max_cost_usd:
-                return BudgetSpent("cost_usd", round(spent, 6), budget.max_cost_usd)
+        for scope, tokens, cost in self._scopes():
+            if tokens is not None:
+                used, held = scope.tree_usage().total_tokens, self._held(scope)[0]
+                if used + held + next_tokens >= tokens:
+                    return BudgetSpent("tokens", used, tokens)
+            if cost is not None:
+                spent, held_cost = scope.tree_cost(), self._held(scope)[1]
+                if spent + held_cost + next_cost >= cost:
+                    return BudgetSpent("cost_usd", round(spent, 6), cost)
         if budget.max_tool_calls is not None:
             calls = root.tree_tool_calls()
             if calls >= budget.max_tool_calls:
                 return BudgetSpent("tool_calls", calls, budget.max_tool_calls)
         return None
+
+    def token_room(self) -> int | None:
+        """Tokens this run may still use: the least any budget above it leaves (the tree's, a
+        share's), less what the runs in progress elsewhere hold; None when no token budget applies."""
+        rooms = [
+            limit - scope.tree_usage().total_tokens - self._held(scope)[0]
+            for scope, limit, _cost in self._scopes()
+            if limit is not None
+        ]
+        return min(rooms) if rooms else None
+
+    def cost_room(self) -> float | None:
+        """USD this run may still spend, as ``token_room`` counts tokens."""
+        rooms = [
+            limit - scope.tree_cost() - self._held(scope)[1]
+            for scope, _tokens, limit in self._scopes()
+            if limit is not None
+        ]
+        return min(rooms) if rooms else None
+
+    def take_share(self) -> RunShare | None:
+        """The part of the room left that a child this run starts may use: the room divided among
+        the children the round has yet to start (the room is re-divided as each starts, so what
+        one child leaves unused is the next ones'). None when the tree has no token or cost budget."""
+        tokens, cost = self.token_room(), self.cost_room()
+        if tokens is None and cost is None:
+            return None
+        parts = max(self.spawns_pending, 1)
+        self.spawns_pending = max(self.spawns_pending - 1, 0)
+        return RunShare(
+            None if tokens is None else max(tokens, 0) // parts,
+            None if cost is None else max(cost, 0.0) / parts,
+        )
+
+    def _scopes(self) -> list[tuple[RunState, int | None, float | None]]:
+        """The budgets over this run: each share of it or of a run above it, then the tree's."""
+        scopes: list[tuple[RunState, int | None, float | None]] = []
+        state: RunState | None = self
+        while state is not None:
+            if state.share is not None:
+                scopes.append((state, state.share.tokens, state.share.cost_usd))
+            state = state.parent
+        budget = self.root.budget
+        if budget is not None:
+            scopes.append((self.root, budget.max_tokens, budget.max_cost_usd))
+        return scopes
+
+    def _held(self, scope: RunState) -> tuple[int, float]:
+        """Tokens and USD held under ``scope`` by runs in progress beside this one: the unused part
+        of each share taken by a run that has not ended and is neither this run nor above it."""
+        chain: set[int] = set()
+        state: RunState | None = self
+        while state is not None:
+            chain.add(id(state))
+            state = state.parent
+        tokens, cost, pending = 0, 0.0, list(scope.children)
+        while pending:
+            state = pending.pop()
+            if id(state) not in chain and state.share is not None and not state.ended:
+                if state.share.tokens is not None:
+                    tokens += max(state.share.tokens - state.tree_usage().total_tokens, 0)
+                if state.share.cost_usd is not None:
+                    cost += max(state.share.cost_usd - state.tree_cost(), 0.0)
+                continue  # what runs below it hold is within its share
+            pending.extend(state.children)
+        return tokens, cost
 
     def tool_calls_left(self) -> int | None:
         """Gateway tool calls the tree's budget still allows (None: no such budget)."""

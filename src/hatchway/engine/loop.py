@@ -21,10 +21,12 @@ from hatchway.engine.context import BudgetSpent, RunBudget, RunContext
 from hatchway.engine.guards.guard import ToolOutputGuard
 from hatchway.engine.items import FunctionCall, FunctionCallOutput, Item, Message, ToolSpec, Usage
 from hatchway.engine.providers.base import (
+    OUTPUT_LIMITS,
     ModelRequest,
     ModelResponse,
     StreamDone,
     TextDelta,
+    output_limit,
 )
 from hatchway.engine.providers.routing import ResolvedModel
 from hatchway.engine.run_log import (
@@ -51,6 +53,7 @@ from hatchway.engine.steps import (
 from hatchway.engine.tools.base import Interruption, ToolResult
 from hatchway.engine.tools.payloads import fit_output
 from hatchway.engine.tools.router import ToolRouter
+from hatchway.engine.tools.subagents.contract import TOOL_NAME as SPAWN_SUBAGENT
 
 logger = logging.getLogger(__name__)
 DEFAULT_MAX_ROUNDS = 10
@@ -297,7 +300,7 @@ class AgentLoop:
                 run.steps.append(BudgetExhaustedStep(spent.budget, spent.used, spent.limit))
                 ctx.run.budget_exhausted = spent
         yield RoundStarted(number)
-        request = self._request(run, specs)
+        request = self._within_share(self._request(run, specs), ctx)
         if run.budget_spent is not None:  # the last round: no tools, and the model is told why
             note = Message(role="system", content=BUDGET_NOTE)
             request = dataclasses.replace(
@@ -348,6 +351,21 @@ class AgentLoop:
             params=self.params,
         )
 
+    def _within_share(self, request: ModelRequest, ctx: RunContext) -> ModelRequest:
+        """A subagent's round asks for no more output than its share of the tree's tokens leaves
+        once its prompt is counted (four bytes a token; at least 1): what one round of a child
+        can pass its share by is then its prompt's estimate's error."""
+        if ctx.run.share is None or (room := ctx.run.token_room()) is None:
+            return request
+        cap = max(room - _prompt_estimate(request), 1)
+        params = {
+            key: min(value, cap) if key in OUTPUT_LIMITS and isinstance(value, int) else value
+            for key, value in request.params.items()
+        }
+        if output_limit(params) is None:
+            params["max_completion_tokens"] = cap
+        return dataclasses.replace(request, params=params)
+
     def _holds_text(self, request: ModelRequest) -> bool:
         """Hold a streamed round's text unless no gateway tool is offered (then every round's text
         is the answer) or the adapter streams tool rounds too."""
@@ -392,7 +410,7 @@ class AgentLoop:
         size, the text streamed so far; four characters a token), so spend, budgets and token limits
         see it — the upstream bills what it generated. The run log says it is an estimate."""
         # Inside the cancellation's handler: nothing here may raise in its place (``default=str``).
-        prompt = math.ceil(len(orjson.dumps([request.items, request.tools], default=str)) / 4)
+        prompt = _prompt_estimate(request)
         usage = Usage(prompt_tokens=prompt, completion_tokens=math.ceil(streamed_chars / 4))
         cost = self.model.provider.estimate_cost(request.model, usage)
         if cost is None:
@@ -449,8 +467,10 @@ class AgentLoop:
         allowed, refused = self._within_budget(calls, run, ctx)
         started = {call.call_id for call in allowed}
         # Counted as they start, not as they end: a subagent that fails while or after running a
-        # tool is then known to have run one, and is not run again (``subagents/toolset.py``).
-        ctx.run.tool_calls += len(allowed)
+        # tool is then known to have run one, and is not run again (``subagents/toolset.py``). A
+        # call of a tool no toolset has (none listed it this run) reaches nothing and is not counted.
+        ctx.run.tool_calls += sum(1 for call in allowed if self.router.owns(call))
+        ctx.run.spawns_pending = sum(1 for call in allowed if call.name == SPAWN_SUBAGENT)
         for call in allowed:
             yield ToolCallStarted(number, call, self.router.server_label(call))
         outcomes: dict[str, tuple[ToolResult, float]] = {}
@@ -672,3 +692,9 @@ async def _guard(
         tool_result.output = inspected.output
         if inspected.findings:
             tool_result.meta["guard"] = inspected.record()
+
+
+def _prompt_estimate(request: ModelRequest) -> int:
+    """A request's prompt in tokens, estimated as four bytes of its items and tools a token (it
+    never raises: ``default=str``)."""
+    return math.ceil(len(orjson.dumps([request.items, request.tools], default=str)) / 4)

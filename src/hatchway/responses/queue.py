@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Any
 
 from saq.job import TERMINAL_STATUSES, Job, Status
 from saq.queue.redis import RedisQueue
@@ -27,13 +28,64 @@ def queue_name(settings: Settings) -> str:
     return f"{settings.redis_prefix}responses"
 
 
+# SAQ's own listing of the active jobs (``RedisQueue.sweep``'s script), registered by ours.
+_ACTIVE_JOBS = """
+local id_jobs = {}
+if redis.call('EXISTS', KEYS[1]) == 0 then
+    redis.call('SETEX', KEYS[1], ARGV[1], 1)
+    for i, v in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
+        id_jobs[i] = {v, redis.call('GET', v)}
+    end
+end
+return id_jobs
+"""
+
+
+class JobQueue(RedisQueue):
+    """SAQ's Redis queue, whose sweep spares a job it finds just taken.
+
+    A worker takes a job by moving its id to the active list, then marks the job active; a sweep
+    between the two (any replica's) finds it still ``queued`` there and aborts it as stuck
+    (tobymao/saq#277): a background response two replicas shared failed ``interrupted`` 130 ms
+    after it was queued. So a job found not yet active is left alone the first time: one still so
+    at this process's next sweep (``background.sweep_seconds`` later at least) belongs to a worker
+    that died taking it, and is swept as SAQ would.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._taking: set[bytes] = set()
+        """The ids the last sweep found in the active list not yet active."""
+
+    async def sweep(self, lock: int = 60, abort: float = 5.0) -> list[str]:
+        if self._cleanup_script is None:
+            listing = self.redis.register_script(_ACTIVE_JOBS)
+
+            async def spared(**kwargs: Any) -> list[tuple[bytes, bytes | None]]:
+                return self._spare(await listing(**kwargs))
+
+            self._cleanup_script = spared  # type: ignore[assignment]
+        return await super().sweep(lock, abort)
+
+    def _spare(self, found: list[tuple[bytes, bytes | None]]) -> list[tuple[bytes, bytes | None]]:
+        kept, taking = [], set()
+        for job_id, payload in found:
+            job = self.deserialize(payload) if payload else None
+            if job is not None and job.status in (Status.NEW, Status.QUEUED) and job_id not in self._taking:
+                taking.add(job_id)
+                continue
+            kept.append((job_id, payload))
+        self._taking = taking
+        return kept
+
+
 class ResponseQueue:
     """Enqueue, abort and inspect background-response jobs; ``queue`` is the SAQ queue workers use."""
 
     def __init__(self, settings: Settings) -> None:
         assert settings.redis_url, "the job queue needs redis_url"
         self.settings = settings.background
-        self.queue = RedisQueue.from_url(settings.redis_url, name=queue_name(settings))
+        self.queue = JobQueue.from_url(settings.redis_url, name=queue_name(settings))
         # A run is bounded by the loop deadline; SAQ's own timeout is only a backstop past it.
         self._timeout = math.ceil(settings.loop_deadline_seconds + 2 * settings.response_lease_seconds) + 60
         self._connected = False

@@ -38,6 +38,10 @@ class ToolRouter:
                 self._specs.append(spec)
         return [*self._specs, *self.client_tools]
 
+    def owns(self, call: FunctionCall) -> bool:
+        """Whether one of the gateway's toolsets has the tool ``call`` names."""
+        return call.name in self._owners
+
     def is_client_call(self, call: FunctionCall) -> bool:
         return call.name not in self._owners and any(t.name == call.name for t in self.client_tools)
 

@@ -102,8 +102,15 @@ class SubagentToolset(Toolset):
                     f"this run reached its limit of {budget.max_children} children (max_children_per_run)"
                 )
                 return _failure(MAX_CHILDREN, message, retries=attempt)
+            # Its part of the tree's budget, held until it ends: children started together cannot
+            # each spend the whole room left (docs/limits.md, "Run budgets").
+            share = ctx.run.take_share()
+            if share is not None and (share.tokens == 0 or share.cost_usd == 0):
+                message = "this run tree's budget leaves nothing for another child"
+                return _failure(RUN_BUDGET_EXHAUSTED, message, retries=attempt)
             budget.children += 1
             child_ctx = ctx.child()
+            child_ctx.run.share = share
             try:
                 child = await self.runner.run_child(request, child_ctx)
             except HatchwayError as exc:
@@ -115,8 +122,11 @@ class SubagentToolset(Toolset):
                     )
                 if attempt == ATTEMPTS - 1 or not is_transient(exc) or ctx.remaining() < self.backoff_seconds:
                     return _failure(CHILD_FAILED, exc.message, retries=attempt)
+                ctx.run.spawns_pending += 1  # the next try takes a part as this one did
                 await asyncio.sleep(self.backoff_seconds * (attempt + 1))
                 continue
+            finally:
+                child_ctx.run.ended = True
             payload = success(child.response_id, child.output_text)
             meta = {"server": "hatchway", "child_response_id": child.response_id, "retries": attempt}
             return ToolResult(orjson.dumps(payload).decode(), meta=meta)
