@@ -118,14 +118,10 @@ def test_a_failing_story_makes_the_demo_exit_non_zero_with_the_reason(tmp_path: 
 
 @pytest.mark.timeout(300)  # the demo's play and its stop, each within EVENT_DEADLINE on a loaded machine
 def test_keep_running_serves_the_dashboard_until_ctrl_c_then_stops_everything(tmp_path: Path) -> None:
-    command = [
-        sys.executable,
-        "-m",
-        "hatchway.demo",
-        "--keep-running",
-        "--state-dir",
-        str(tmp_path / "state"),
-    ]
+    """Started as a shell script's background job would be, with SIGINT ignored (inherited across
+    exec: Python then installs no KeyboardInterrupt of its own), Ctrl-C still stops it."""
+    demo = [sys.executable, "-m", "hatchway.demo", "--keep-running", "--state-dir", str(tmp_path / "state")]
+    command = ["sh", "-c", 'trap "" INT; exec "$@"', "sh", *demo]
     with subprocess.Popen(
         command, cwd=ROOT, env=demo_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     ) as proc:

@@ -2,13 +2,18 @@
 mode against Hatchway's ``/v1/messages``, with nothing but ``ANTHROPIC_BASE_URL`` and the Hatchway
 key: it answers a prompt, and runs a shell command the model asks for (its own ``Bash`` tool, a
 client tool passed through the gateway) and answers with its output. The model is the scripted
-OpenAI-shaped upstream; the command runs for real (docs/clients.md)."""
+OpenAI-shaped upstream; the command runs for real (docs/clients.md). Its ``Read`` of a PNG reaches
+an OpenAI-shaped and a native Anthropic upstream as an image (issue 41)."""
 
 from __future__ import annotations
 
+import struct
 import subprocess
+import zlib
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.support.gateway import RunningGateway
 from tests.support.node_tools import node_env, package_file
@@ -18,7 +23,7 @@ MARKER = "claude-code-was-here"
 
 
 def claude(
-    gateway: RunningGateway, tmp_path: Path, prompt: str, *args: str
+    gateway: RunningGateway, tmp_path: Path, prompt: str, *args: str, model: str = "gpt-4o"
 ) -> subprocess.CompletedProcess[str]:
     binary = package_file("@anthropic-ai/claude-code", "bin/claude.exe")
     home = tmp_path / "home"
@@ -31,9 +36,9 @@ def claude(
         "CLAUDE_CONFIG_DIR": str(home / ".claude"),
         "ANTHROPIC_BASE_URL": gateway.url,
         "ANTHROPIC_API_KEY": gateway.key,
-        "ANTHROPIC_MODEL": "gpt-4o",
-        "ANTHROPIC_SMALL_FAST_MODEL": "gpt-4o",
-        "ANTHROPIC_DEFAULT_HAIKU_MODEL": "gpt-4o",
+        "ANTHROPIC_MODEL": model,
+        "ANTHROPIC_SMALL_FAST_MODEL": model,
+        "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "DISABLE_TELEMETRY": "1",
         "DISABLE_ERROR_REPORTING": "1",
@@ -89,3 +94,68 @@ def test_claude_code_runs_a_tool_the_model_asks_for(
     assert f"The command said: {MARKER}" in done.stdout
     outputs = [m["content"] for body in llm.requests for m in body["messages"] if m["role"] == "tool"]
     assert any(MARKER in out for out in outputs)  # the command ran, and its output went back through Hatchway
+
+
+def _png(width: int = 4, height: int = 4) -> bytes:
+    """A real PNG (red pixels), written out by hand: no imaging library is needed for four pixels."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = b"".join(b"\x00" + b"\xff\x00\x00" * width for _ in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    image = chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+    return b"\x89PNG\r\n\x1a\n" + image
+
+
+SAW = "I see an image/png."
+
+
+def _images(body: dict[str, Any]) -> list[str]:
+    """The media types of the images the upstream was sent, in either shape (an OpenAI ``image_url``
+    part of a user message; an Anthropic ``image`` block, inside a ``tool_result`` or not)."""
+    found: list[str] = []
+
+    def walk(blocks: Any) -> None:
+        for block in blocks if isinstance(blocks, list) else []:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "image_url":
+                found.append(block["image_url"]["url"].partition(";")[0].removeprefix("data:"))
+            elif block.get("type") == "image":
+                found.append(block["source"].get("media_type", ""))
+            walk(block.get("content"))
+
+    for message in body.get("messages", []):
+        walk(message.get("content"))
+    return found
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_claude_codes_read_of_a_png_reaches_the_upstream_as_an_image(
+    gateway_factory, llm: ScriptedLLM, tmp_path: Path, kind: str
+) -> None:
+    upstream_model = {"openai": "gpt-4o", "anthropic": "claude-sonnet-4-5"}[kind]
+    provider = {"id": "up", "type": kind, "base_url": f"{llm.server.url}/v1", "api_key": "k"}
+    gateway = gateway_factory(
+        providers=[provider], models=[{"name": "claude", "provider": "up", "upstream_model": upstream_model}]
+    )
+    (tmp_path / "work").mkdir()
+    shot = tmp_path / "work" / "shot.png"
+    shot.write_bytes(_png())
+
+    def model(body: dict[str, Any]) -> Reply:
+        if "image/png" in _images(body):
+            return Reply(text=SAW)
+        offered = {t.get("name") or t.get("function", {}).get("name") for t in body.get("tools") or []}
+        if "shot.png" in str(body.get("messages")) and "Read" in offered:
+            return Reply(tool_calls=[("Read", {"file_path": str(shot)})])
+        return Reply(text="Nothing to read.")
+
+    llm.handler = model
+    done = claude(gateway, tmp_path, "Look at shot.png.", "--allowedTools", "Read", model="claude")
+
+    assert done.returncode == 0, done.stderr[-2000:] + done.stdout[-2000:]
+    assert SAW in done.stdout, done.stdout[-2000:]
+    first = next(body for body in llm.requests if _images(body))
+    assert _images(first) == ["image/png"]  # one image: the file Claude Code read, not text in its place

@@ -124,18 +124,22 @@ def _run(keep_running: bool, state_dir: Path | None, console: Console) -> int:
 
 @contextmanager
 def demo_process() -> Iterator[None]:
-    """While the demo runs: ``kill`` (SIGTERM) cleans up like Ctrl-C, and the gateway's own warnings
-    stay out of the transcript, which reports what failed itself."""
+    """While the demo runs: ``kill`` (SIGTERM) cleans up like Ctrl-C, Ctrl-C stops it even when the
+    process was started with SIGINT ignored (a background job of a shell script inherits that, and
+    Python then installs no KeyboardInterrupt: ``--keep-running`` ran forever), and the gateway's
+    own warnings stay out of the transcript, which reports what failed itself."""
     hatchway_logger = logging.getLogger("hatchway")
     level = hatchway_logger.level
     hatchway_logger.setLevel(logging.ERROR)
     on_main_thread = threading.current_thread() is threading.main_thread()  # only it may set handlers
-    previous = signal.signal(signal.SIGTERM, _interrupt) if on_main_thread else None
+    previous = {}
+    if on_main_thread:
+        previous = {number: signal.signal(number, _interrupt) for number in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        if on_main_thread:
-            signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
         hatchway_logger.setLevel(level)
 
 
