@@ -319,3 +319,7 @@ def test_an_allowlist_written_as_documented_works_with_namespace_false(
     warned = [r.getMessage() for r in caplog.records if "matches none of the tools" in r.getMessage()]
     assert len(warned) == 1 and "'calc__nope'" in warned[0]
     assert upstream.tool_calls("add") == 1
+    ready = httpx.get(f"{gateway.url}/readyz", timeout=30)
+    assert ready.status_code == 200, ready.text  # the rest serves: a warning, not a failure
+    [warning] = ready.json()["warnings"]
+    assert warning.startswith("mcp_endpoints[tools].tools entry 'calc__nope' matches none")

@@ -160,3 +160,67 @@ def test_a_stop_sequence_reaches_the_client(gateway_factory: Any, llm: ScriptedL
         message = _client(gateway).messages.create(messages=[{"role": "user", "content": "count"}], **kwargs)
     assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", "three")
     assert llm.requests[0]["stop_sequences"] == ["three"]
+
+
+SEARCHED = [
+    {"role": "user", "content": "What is the weather?"},
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "tool_use", "id": "toolu_3", "name": "ToolSearch", "input": {"query": "weather"}}
+        ],
+    },
+    {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_3",
+                "content": [{"type": "tool_reference", "tool_name": "Weather"}],
+            }
+        ],
+    },
+]
+DEFERRING = [
+    {
+        "name": "ToolSearch",
+        "description": "Find tools.",
+        "input_schema": {"type": "object", "properties": {}},
+    },
+    {
+        "name": "Weather",
+        "description": "The weather.",
+        "input_schema": {"type": "object", "properties": {}},
+        "defer_loading": True,
+    },
+]
+
+
+def _offered(body: dict[str, Any]) -> dict[str, Any]:
+    """The tools an upstream was sent, by name: the tool as sent."""
+    tools = body.get("tools") or []
+    if "contents" in body:  # Gemini: one tool of function declarations
+        return {d["name"]: d for t in tools for d in t["functionDeclarations"]}
+    return {t.get("name") or t["function"]["name"]: t for t in tools}
+
+
+@pytest.mark.parametrize("kind", ["anthropic", "openai", "gemini"])
+def test_a_deferred_tool_reaches_each_upstream_in_the_form_it_takes(
+    gateway_factory: Any, llm: ScriptedLLM, kind: str
+) -> None:
+    """Claude Code sends tools with ``defer_loading: true`` behind its ``ToolSearch``: a native
+    Anthropic upstream gets the flag as it came; an upstream with no deferred loading is offered such
+    a tool once a ``tool_reference`` in the conversation has loaded it, as Anthropic's API does."""
+    gateway = _gateway(gateway_factory, llm, kind)
+    llm.default = Reply(text="Sunny.")
+    client = _client(gateway)
+    for messages in (SEARCHED[:1], SEARCHED):
+        client.messages.create(model="claude", max_tokens=64, messages=messages, tools=DEFERRING)  # type: ignore[arg-type]
+
+    before, after = (_offered(body) for body in llm.requests)
+    if kind == "anthropic":
+        assert before["Weather"]["defer_loading"] is True and after["Weather"]["defer_loading"] is True
+        assert "defer_loading" not in before["ToolSearch"]
+    else:
+        assert set(before) == {"ToolSearch"}
+        assert set(after) == {"ToolSearch", "Weather"}

@@ -38,6 +38,24 @@ async def readyz(request: Request) -> JSONResponse:
             body["queue_workers"] = await gw.jobs.workers()
         except Exception as exc:
             checks["queue"] = f"unreachable ({type(exc).__name__})"
+    warnings = _endpoint_warnings(request)
+    if warnings:  # informative too: a misspelt allowlist entry exposes nothing, but the rest serves
+        body["warnings"] = warnings
     ready = all(v == "ok" for v in checks.values())
     body["status"] = "ok" if ready else "unavailable"
     return JSONResponse(body, status_code=200 if ready else 503)
+
+
+def _endpoint_warnings(request: Request) -> list[str]:
+    """What the MCP endpoints' listings found wrong in their configuration: an ``mcp_endpoints[].tools``
+    entry that matched none of the tools its servers offered (known once an endpoint has been listed:
+    its servers, credentials and tools are per organisation, so none is listed at start-up)."""
+    endpoints = getattr(request.app.state, "mcp_endpoints", None)
+    if endpoints is None:
+        return []
+    return [
+        f"mcp_endpoints[{name}].tools entry {pattern!r} matches none of the tools its servers offer "
+        "(names are <server>__<tool>)"
+        for name, endpoint in endpoints.endpoints.items()
+        for pattern in sorted(endpoint.unmatched_tools)
+    ]

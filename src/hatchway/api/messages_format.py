@@ -55,6 +55,7 @@ class MessagesRequest(BaseModel):
                 name=t.name,
                 description=t.description or "",
                 parameters=t.input_schema or {"type": "object", "properties": {}},
+                deferred=(t.model_extra or {}).get("defer_loading") is True,
             )
             for t in self.tools or []
             # Anthropic's server tools (``web_search_20250305``…) are not run here; custom ones are.

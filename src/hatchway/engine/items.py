@@ -130,6 +130,10 @@ class ToolSpec:
     unpinned: bool = False
     """Its description is an MCP server's words that no approved pin vouches for (``tool_drift:
     allow``, or a drift kept under ``warn``): a guarded run spotlights it."""
+    deferred: bool = False
+    """The client's ``defer_loading``: its own tool search loads it when the model asks (Claude
+    Code's ``ToolSearch``). A native Anthropic upstream is told so; one with no such notion is
+    offered it once a ``tool_reference`` in the conversation has loaded it (``offered_tools``)."""
 
     def to_chat(self) -> dict[str, Any]:
         fn: dict[str, Any] = {

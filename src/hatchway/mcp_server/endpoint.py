@@ -154,9 +154,9 @@ class Endpoint:
             RequestStateBoundary(security, default_audience=f"hatchway:{config.name}")
         )
         self.listeners = ListChangeListeners(max_sessions=MAX_SESSIONS, idle_seconds=SESSION_IDLE_SECONDS)
-        self._unmatched_said: set[str] = set()
-        """Allowlist entries already warned of as matching no tool."""
         """2025-11-25 sessions told when an upstream's tools change."""
+        self.unmatched_tools: set[str] = set()
+        """Allowlist entries a full listing found matching no tool (logged once each; ``/readyz``)."""
         deps.pool.tools_changed.append(self.upstream_tools_changed)
         self.sessions = StreamableHTTPSessionManager(
             app=self.server,
@@ -285,9 +285,11 @@ class Endpoint:
             return
         names = {entry.name for entry in listing.tools} | set(listing.withheld)
         names |= {namespaced(entry.server, entry.tool.name) for entry in listing.tools}
+        matched = {pattern for pattern in patterns if fnmatch.filter(names, pattern)}
+        self.unmatched_tools -= matched  # a server that offers it now (listings change)
         for pattern in patterns:
-            if pattern not in self._unmatched_said and not fnmatch.filter(names, pattern):
-                self._unmatched_said.add(pattern)
+            if pattern not in self.unmatched_tools and pattern not in matched:
+                self.unmatched_tools.add(pattern)
                 logger.warning(
                     "MCP endpoint %s: mcp_endpoints[].tools entry %r matches none of the tools its "
                     "servers offer (names are <server>__<tool>)",

@@ -26,7 +26,7 @@ import orjson
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
-from hatchway.engine.items import DATA_URL, FunctionCall, FunctionCallOutput, Item, Message, Usage
+from hatchway.engine.items import DATA_URL, FunctionCall, FunctionCallOutput, Item, Message, ToolSpec, Usage
 from hatchway.engine.providers.base import (
     ModelRequest,
     ModelResponse,
@@ -166,15 +166,21 @@ def messages_body(req: ModelRequest, *, stream: bool) -> dict[str, Any]:
     if stop:
         body["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
     if req.tools:
-        body["tools"] = [
-            {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in req.tools
-        ]
+        body["tools"] = [_tool(t) for t in req.tools]
         choice = _tool_choice(req.tool_choice, req.parallel_tool_calls)
         if choice is not None:
             body["tool_choice"] = choice
     if stream:
         body["stream"] = True
     return body
+
+
+def _tool(spec: ToolSpec) -> dict[str, Any]:
+    tool: dict[str, Any] = {"name": spec.name, "description": spec.description}
+    tool["input_schema"] = spec.parameters
+    if spec.deferred:
+        tool["defer_loading"] = True
+    return tool
 
 
 # -- the reply -----------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from hatchway.engine.items import FunctionCall, Item, ToolSpec, Usage
+from hatchway.engine.items import FunctionCall, FunctionCallOutput, Item, ToolSpec, Usage
 
 OUTPUT_LIMITS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
 """The three names a request may give its output limit by (OpenAI's two, the Responses API's)."""
@@ -40,6 +40,22 @@ class ModelRequest:
     parallel_tool_calls: bool | None = None
     params: dict[str, Any] = field(default_factory=dict)
     """Other OpenAI parameters passed through as given (temperature, max_tokens, response_format…)."""
+
+
+def offered_tools(req: ModelRequest) -> list[ToolSpec]:
+    """The tools an upstream with no deferred loading is sent: every tool but a deferred one that
+    no ``tool_reference`` of the conversation's tool results has loaded yet (what Anthropic's API
+    does with ``defer_loading`` itself)."""
+    if not any(t.deferred for t in req.tools):
+        return req.tools
+    loaded = {
+        part.get("tool_name")
+        for item in req.items
+        if isinstance(item, FunctionCallOutput)
+        for part in item.parts or ()
+        if part.get("type") == "tool_reference"
+    }
+    return [t for t in req.tools if not t.deferred or t.name in loaded]
 
 
 @dataclass(slots=True)

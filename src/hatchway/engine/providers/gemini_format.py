@@ -34,6 +34,7 @@ from hatchway.engine.providers.base import (
     TextDelta,
     TokenCount,
     ToolCallDelta,
+    offered_tools,
     output_limit,
 )
 from hatchway.engine.providers.chat_replies import malformed
@@ -131,10 +132,11 @@ def generate_body(req: ModelRequest) -> dict[str, Any]:
     body: dict[str, Any] = {"contents": contents}
     if system:
         body["systemInstruction"] = {"parts": system}
-    if req.tools:
+    tools = offered_tools(req)
+    if tools:
         declarations = [
             {"name": t.name, "description": t.description, "parametersJsonSchema": t.parameters}
-            for t in req.tools
+            for t in tools
         ]
         body["tools"] = [{"functionDeclarations": declarations}]
         config = _tool_config(req.tool_choice)

@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from hatchway.engine.providers.base import ModelRequest, ModelResponse
+from hatchway.engine.providers.base import ModelRequest, ModelResponse, offered_tools
 from hatchway.engine.providers.chat_format import items_to_messages
 from hatchway.engine.providers.chat_replies import (
     ChunkAssembler,
@@ -19,11 +19,12 @@ def build_body(req: ModelRequest, *, stream: bool) -> dict[str, Any]:
     body: dict[str, Any] = dict(req.params)
     body["model"] = req.model
     body["messages"] = items_to_messages(req.items)
-    if req.tools:
-        body["tools"] = [t.to_chat() for t in req.tools]
+    tools = offered_tools(req)
+    if tools:
+        body["tools"] = [t.to_chat() for t in tools]
         if req.parallel_tool_calls is not None:
             body["parallel_tool_calls"] = req.parallel_tool_calls
-    if req.tool_choice is not None and req.tools:
+    if req.tool_choice is not None and tools:
         body["tool_choice"] = req.tool_choice
     if stream:
         body["stream"] = True
