@@ -7,14 +7,25 @@ import uuid
 
 import pytest
 
-from hatchway.observability.log_redaction import SECRETS, install_log_redaction
+from hatchway.observability import log_redaction
+from hatchway.observability.log_redaction import install_log_redaction
+from hatchway.redaction import Redactor
+
+
+@pytest.fixture
+def secrets(monkeypatch: pytest.MonkeyPatch) -> Redactor:
+    """The process-wide set, empty for this test: other tests of the process register their own
+    values (a one-letter provider key, ``k``, redacted every ``k`` of these lines)."""
+    fresh = Redactor(limit=4096)
+    monkeypatch.setattr(log_redaction, "SECRETS", fresh)
+    return fresh
 
 
 def test_library_log_lines_lose_known_secrets_and_credential_headers(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, secrets: Redactor
 ) -> None:
     secret, cookie = f"vault-{uuid.uuid4().hex}", uuid.uuid4().hex
-    SECRETS.add(secret)
+    secrets.add(secret)
     install_log_redaction()
     caplog.set_level(logging.DEBUG)
 
@@ -36,3 +47,19 @@ def test_library_log_lines_lose_known_secrets_and_credential_headers(
     assert "(b'set-cookie', b'[REDACTED]')" in text and "(b'content-type', b'text/plain')" in text
     assert "Authorization: Bearer [REDACTED]" in text and "token [REDACTED] refused" in text
     assert "Bearer left-alone-123" in text  # Hatchway's own lines carry no secrets to begin with
+
+
+def test_a_short_secret_value_does_not_leave_a_cookie_in_clear(
+    caplog: pytest.LogCaptureFixture, secrets: Redactor
+) -> None:
+    cookie = uuid.uuid4().hex
+    secrets.add("k")  # as a test's provider key, api_key: "k", registers it
+    install_log_redaction()
+    caplog.set_level(logging.DEBUG)
+
+    logging.getLogger("httpcore2.http11").debug(
+        "receive_response_headers.complete return_value=%r",
+        (b"HTTP/1.1", 200, [(b"set-cookie", f"s={cookie}".encode())]),
+    )
+
+    assert cookie not in caplog.text
