@@ -359,7 +359,7 @@ class AgentLoop:
             return request
         cap = max(room - _prompt_estimate(request), 1)
         params = {
-            key: min(value, cap) if key in OUTPUT_LIMITS and isinstance(value, int) else value
+            key: min(value, cap) if key in OUTPUT_LIMITS and type(value) is int else value
             for key, value in request.params.items()
         }
         if output_limit(params) is None:
