@@ -29,7 +29,7 @@ from hatchway.engine.tools.operations.store import OperationStore
 from hatchway.principal import Principal
 from hatchway.store.db import Database
 from tests.support.agent_loop import USER, rounds, summarise, tool_steps
-from tests.support.backends import PG_URL, REDIS_URL
+from tests.support.backends import NEEDS_PG_AND_REDIS, REDIS_URL
 from tests.support.contas import ABC, RunningContas
 from tests.support.gateway import OrgKey
 from tests.support.mcp_servers import McpTestServer
@@ -46,14 +46,7 @@ from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.token_endpoint import IssuedTokens, TokenEndpoint
 
 CLIENT_SECRET = "cs:replicas/+=9f86d081884c7d659a2feaa0c55ad015"
-pytestmark = [
-    pytest.mark.postgres,
-    pytest.mark.redis,
-    pytest.mark.skipif(
-        not (PG_URL and REDIS_URL),
-        reason="needs PostgreSQL and Redis: set HATCHWAY_TEST_DATABASE_URL and HATCHWAY_TEST_REDIS_URL",
-    ),
-]
+pytestmark = NEEDS_PG_AND_REDIS
 
 
 @dataclass

@@ -18,21 +18,14 @@ from typing import Any
 import openai
 import pytest
 
-from tests.support.backends import PG_URL, REDIS_URL, fresh_pg_database
+from tests.support.backends import NEEDS_PG_AND_REDIS, REDIS_URL, fresh_pg_database
 from tests.support.gateway import create_org_key
 from tests.support.outage_proxy import OutageProxy
 from tests.support.replicas import Replicas, purge_redis, replica_config, unique_redis_prefix
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.servers import wait_until
 
-pytestmark = [
-    pytest.mark.postgres,
-    pytest.mark.redis,
-    pytest.mark.skipif(
-        not (PG_URL and REDIS_URL),
-        reason="needs PostgreSQL and Redis: set HATCHWAY_TEST_DATABASE_URL and HATCHWAY_TEST_REDIS_URL",
-    ),
-]
+pytestmark = NEEDS_PG_AND_REDIS
 
 CUT_SECONDS = 6.0
 REQUEUE_AFTER_SECONDS = 2

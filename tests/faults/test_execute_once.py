@@ -27,7 +27,7 @@ import openai
 import pytest
 import yaml
 
-from tests.support.backends import PG_URL, REDIS_URL
+from tests.support.backends import NEEDS_PG_AND_REDIS, REDIS_URL
 from tests.support.contas import ANSWER, ASK, QUESTION, RunningContas, contas_model
 from tests.support.gateway import OrgKey, create_org_key
 from tests.support.paths import EXAMPLE_AGENT
@@ -41,14 +41,7 @@ from tests.support.replicas import (
 )
 from tests.support.scripted_llm import Reply, ScriptedLLM
 
-pytestmark = [
-    pytest.mark.postgres,
-    pytest.mark.redis,
-    pytest.mark.skipif(
-        not (PG_URL and REDIS_URL),
-        reason="needs PostgreSQL and Redis: set HATCHWAY_TEST_DATABASE_URL and HATCHWAY_TEST_REDIS_URL",
-    ),
-]
+pytestmark = NEEDS_PG_AND_REDIS
 
 HOLD = 2.5
 """Seconds each execution takes after the server recorded it (the issue measured 1–12 s)."""

@@ -21,7 +21,7 @@ from saq.job import Job, Status
 from saq.queue.redis import RedisQueue
 from saq.utils import now
 
-from tests.support.backends import PG_URL, REDIS_URL
+from tests.support.backends import NEEDS_PG_AND_REDIS, REDIS_URL
 from tests.support.gateway import OrgKey
 from tests.support.replicas import (
     HatchwayProcess,
@@ -34,14 +34,7 @@ from tests.support.replicas import (
 )
 from tests.support.scripted_llm import Reply, ScriptedLLM
 
-pytestmark = [
-    pytest.mark.postgres,
-    pytest.mark.redis,
-    pytest.mark.skipif(
-        not (PG_URL and REDIS_URL),
-        reason="needs PostgreSQL and Redis: set HATCHWAY_TEST_DATABASE_URL and HATCHWAY_TEST_REDIS_URL",
-    ),
-]
+pytestmark = NEEDS_PG_AND_REDIS
 
 
 @dataclass

@@ -13,6 +13,15 @@ import pytest
 
 PG_URL = os.environ.get("HATCHWAY_TEST_DATABASE_URL") or ""
 REDIS_URL = os.environ.get("HATCHWAY_TEST_REDIS_URL") or ""
+NEEDS_PG_AND_REDIS = [
+    pytest.mark.postgres,
+    pytest.mark.redis,
+    pytest.mark.skipif(
+        not (PG_URL and REDIS_URL),
+        reason="needs PostgreSQL and Redis: set HATCHWAY_TEST_DATABASE_URL and HATCHWAY_TEST_REDIS_URL",
+    ),
+]
+"""The ``pytestmark`` of a module whose tests run replicas on the real PostgreSQL and Redis."""
 
 
 async def _pg_admin(sql: str) -> None:
