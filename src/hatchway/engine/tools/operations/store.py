@@ -66,13 +66,17 @@ def _requested_by(end_user: str | None) -> Any:
     )
 
 
-def _same_conversation(op: OperationRecord) -> list[Any]:
+def _conversation(org_id: str, agent: str, session_key: str) -> list[Any]:
+    """The operations of one conversation (an agent's session in an organisation)."""
     return [
-        OperationRecord.org_id == op.org_id,
-        OperationRecord.agent == op.agent,
-        OperationRecord.session_key == op.session_key,
-        _requested_by(op.requested_by),
+        OperationRecord.org_id == org_id,
+        OperationRecord.agent == agent,
+        OperationRecord.session_key == session_key,
     ]
+
+
+def _same_conversation(op: OperationRecord) -> list[Any]:
+    return [*_conversation(op.org_id, op.agent, op.session_key), _requested_by(op.requested_by)]
 
 
 def executor_id() -> str:
@@ -390,9 +394,7 @@ class OperationStore:
         stmt = (
             select(OperationRecord)
             .where(
-                OperationRecord.org_id == org_id,
-                OperationRecord.agent == agent,
-                OperationRecord.session_key == session_key,
+                *_conversation(org_id, agent, session_key),
                 OperationRecord.status == S.AWAITING_CONFIRMATION,
             )
             .order_by(OperationRecord.id.desc())
@@ -446,9 +448,7 @@ class OperationStore:
         stmt = (
             select(OperationRecord)
             .where(
-                OperationRecord.org_id == org_id,
-                OperationRecord.agent == agent,
-                OperationRecord.session_key == session_key,
+                *_conversation(org_id, agent, session_key),
                 OperationRecord.confirmation_message.is_not(None),
             )
             .order_by(OperationRecord.id.desc())
@@ -484,9 +484,7 @@ class OperationStore:
         stmt = (
             select(OperationRecord)
             .where(
-                OperationRecord.org_id == org_id,
-                OperationRecord.agent == agent,
-                OperationRecord.session_key == session_key,
+                *_conversation(org_id, agent, session_key),
                 _requested_by(requested_by),
                 OperationRecord.confirmed_at.is_not(None),
                 OperationRecord.confirmed_via != "policy",
