@@ -47,15 +47,18 @@ async def readyz(request: Request) -> JSONResponse:
 
 
 def _endpoint_warnings(request: Request) -> list[str]:
-    """What the MCP endpoints' listings found wrong in their configuration: an ``mcp_endpoints[].tools``
-    entry that matched none of the tools its servers offered (known once an endpoint has been listed:
-    its servers, credentials and tools are per organisation, so none is listed at start-up)."""
+    """What the MCP endpoints' listings found wrong in their configuration: ``mcp_endpoints[].tools``
+    entries that matched none of the tools their servers offered (known once an endpoint has been
+    listed: its servers, credentials and tools are per organisation, so none is listed at start-up).
+    Counted, not named: ``/readyz`` answers anyone, and an endpoint's name is told only to a caller
+    with a credential (``api/mcp_endpoints``); the log names each entry."""
     endpoints = getattr(request.app.state, "mcp_endpoints", None)
     if endpoints is None:
         return []
+    unmatched = sum(len(endpoint.unmatched_tools) for endpoint in endpoints.endpoints.values())
+    if not unmatched:
+        return []
     return [
-        f"mcp_endpoints[{name}].tools entry {pattern!r} matches none of the tools its servers offer "
-        "(names are <server>__<tool>)"
-        for name, endpoint in endpoints.endpoints.items()
-        for pattern in sorted(endpoint.unmatched_tools)
+        f"{unmatched} mcp_endpoints[].tools entr{'y matches' if unmatched == 1 else 'ies match'} none of "
+        "the tools its servers offer (names are <server>__<tool>); the log names them"
     ]
