@@ -126,6 +126,7 @@ def add_agentic(config: dict[str, Any], tmp: Path, rounds_base: str, mcp_rounds:
 
 async def bench_key(database_url: str) -> str:
     """Migrate the gateway's database and return an API key of a new organisation ``bench``."""
+    from hatchway.principal import Role
     from hatchway.store.db import Database
     from hatchway.store.orgs import OrgStore
 
@@ -133,6 +134,6 @@ async def bench_key(database_url: str) -> str:
     await db.migrate()
     store = OrgStore(db)
     org = await store.create_org("bench")
-    _, key = await store.create_key(org.id)
+    _, key = await store.create_key(org.id, role=Role.ADMIN)
     await db.close()
     return key

@@ -127,6 +127,8 @@ def test_the_folders_are_the_boxes_of_the_design() -> None:
         "vault/__init__.py",
         "store/__init__.py",
         "observability/__init__.py",
+        "access/__init__.py",
+        "audit/__init__.py",
     }
     assert boxes <= folders
 
@@ -141,7 +143,7 @@ LAYERS: list[tuple[str, ...]] = [
         "hatchway.json_limits",
     ),
     ("hatchway.config", "hatchway.store", "hatchway.vault"),
-    ("hatchway.credentials", "hatchway.limits"),
+    ("hatchway.credentials", "hatchway.limits", "hatchway.access", "hatchway.audit"),
     ("hatchway.engine",),
     ("hatchway.responses", "hatchway.mcp_server"),
     ("hatchway.api", "hatchway.cli"),

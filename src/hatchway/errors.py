@@ -4,8 +4,14 @@
     ├── ConfigError ............ a bad hatchway.yaml, plugin, tools.yaml or policy file
     ├── RequestError ........... the caller's fault, mapped to a 4xx
     │   ├── InvalidRequest ..... 400 (field path in ``param``)
+    │   │   └── SignInInvalid .. an SSO callback's ``state``: forged, expired, used, another browser's
     │   ├── AuthenticationError  401
+    │   │   ├── SessionEnded ... a signed-in person's session cookie names no live session
+    │   │   └── SignInFailed ... the identity provider refused a sign-in, or its ID token is not valid
     │   ├── PermissionDenied ... 403
+    │   │   ├── InsufficientRole  a route or object the key's (or person's) role is not granted
+    │   │   ├── CsrfFailed ..... a change made with a session cookie but without its CSRF token
+    │   │   └── NoRoleMapped ... signed in at the provider, but no group is mapped to a role here
     │   ├── NotFound ........... 404
     │   │   └── ModelNotFound
     │   ├── Conflict ........... 409
@@ -17,6 +23,7 @@
     │   │   └── HeadTooLarge ... 431: a request head (line and headers) past its limit
     │   └── ClientGone ......... 499: the client went away before the answer (nothing is sent)
     ├── Unavailable ............ 503 (a capability this process cannot serve right now)
+    │   ├── IdentityProviderUnavailable  the SSO provider cannot be reached, or describes itself wrongly
     │   └── LimitsUnavailable .. Redis cannot count the limits (``limits.on_redis_failure: refuse``)
     ├── InternalError .......... 500: a bug; what a client is told instead of a traceback
     ├── ProviderError .......... the upstream LLM failed
@@ -118,6 +125,47 @@ class PermissionDenied(RequestError):
     default_code = "forbidden"
 
 
+class InsufficientRole(PermissionDenied):
+    """The caller's role does not grant this route or object; the message names the role needed."""
+
+    default_code = "insufficient_role"
+
+
+class SignInInvalid(InvalidRequest):
+    """An SSO callback whose ``state`` is missing, forged, expired, already used, or was issued to
+    another browser (``access/sso.py``)."""
+
+    default_code = "sso_state_invalid"
+
+
+class SessionEnded(AuthenticationError):
+    """The session cookie names no live session (signed out, expired, idle too long or unknown)."""
+
+    default_code = "session_expired"
+
+
+class SignInFailed(AuthenticationError):
+    """The identity provider refused the sign-in, or its answer (the ID token) could not be verified."""
+
+    default_code = "sso_failed"
+
+
+class CsrfFailed(PermissionDenied):
+    """A state-changing request made with a session cookie but without the session's CSRF token."""
+
+    default_code = "csrf_failed"
+
+
+class NoRoleMapped(PermissionDenied):
+    """A person the provider signed in, none of whose groups ``access.sso.role_mappings`` maps to a role."""
+
+    default_code = "sso_no_role"
+
+    def __init__(self, message: str, *, subject: str) -> None:
+        super().__init__(message)
+        self.subject = subject
+
+
 class NotFound(RequestError):
     """The named object does not exist for this organisation."""
 
@@ -207,6 +255,12 @@ class Unavailable(HatchwayError):
     status_code = 503
     error_type = "server_error"
     default_code = "unavailable"
+
+
+class IdentityProviderUnavailable(Unavailable):
+    """The SSO identity provider cannot be reached, or its discovery document is not the issuer's."""
+
+    default_code = "sso_provider_unavailable"
 
 
 class LimitsUnavailable(Unavailable):

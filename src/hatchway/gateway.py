@@ -12,6 +12,12 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hatchway.access.administration import Administration
+from hatchway.access.end_users import EndUsers
+from hatchway.access.gatekeeper import Gatekeeper
+from hatchway.access.people import People
+from hatchway.access.sessions import SsoSessions
+from hatchway.audit import AuditTrail
 from hatchway.config.plugins import ConfiguredPlugins
 from hatchway.config.settings import LimitsSettings, Settings
 from hatchway.credentials import VaultCredentials
@@ -29,6 +35,7 @@ from hatchway.engine.tools.operations.binding import OperationBinding
 from hatchway.engine.tools.operations.store import OperationStore
 from hatchway.errors import HatchwayError
 from hatchway.limits.limiter import Limiter
+from hatchway.observability.audit_logs import AuditLogExport
 from hatchway.observability.metrics import Metrics
 from hatchway.observability.retention import keep_purging_logs
 from hatchway.observability.telemetry import Telemetry
@@ -51,7 +58,10 @@ from hatchway.tasks import TaskRegistry
 from hatchway.vault import Vault, load_master_key
 
 if TYPE_CHECKING:
+    from opentelemetry.sdk._logs import LoggerProvider
     from opentelemetry.sdk.trace import TracerProvider
+
+    from hatchway.access.sso import SignIn
 
 logger = logging.getLogger(__name__)
 
@@ -84,10 +94,12 @@ class Gateway:
         *,
         cache: Cache | None = None,
         tracer_provider: TracerProvider | None = None,
+        logger_provider: LoggerProvider | None = None,
         mcp_credentials: McpCredentials | None = None,
     ) -> None:
-        """``cache``, ``tracer_provider`` and ``mcp_credentials`` replace the ones the settings
-        would give (tests inject an in-memory span exporter, or credentials of their own)."""
+        """``cache``, ``tracer_provider``, ``logger_provider`` and ``mcp_credentials`` replace the
+        ones the settings would give (tests inject in-memory span and log exporters, or credentials
+        of their own)."""
         self.settings = settings
         self.db = Database(settings.database_url)
         self.cache: Cache = cache or make_cache(settings)
@@ -129,6 +141,30 @@ class Gateway:
         self.scopes = RunScopes(self.telemetry, self.log_writer, limits=self.limits)
         """Every run's lifecycle: gauge, span, record and hold on the limits (``engine/run.py``)."""
         self.vault = Vault(self.db, load_master_key(settings.master_key_file))
+        self.audit = AuditTrail(self.db, self.vault.master_key, settings.audit)
+        """The tamper-evident audit trail; its checkpoints are signed with the vault's master key."""
+        self.audit_logs = AuditLogExport.from_settings(settings, logger_provider)
+        """The trail's entries as OpenTelemetry log records (``observability/audit_logs.py``)."""
+        self.admin = Administration(self.orgs, self.limit_overrides, self.audit, settings.access)
+        """Organisations, keys and limits, each change audited (the admin API and the CLI)."""
+        sso = settings.access.sso
+        self.sessions = SsoSessions(self.db, sso) if sso is not None else None
+        """Signed-in people's sessions (``access.sso`` set), in the database: every replica sees a
+        sign-out at once."""
+        self.sign_in: SignIn | None = None
+        """The OpenID Connect client people sign in to the dashboard and the admin API with."""
+        if sso is not None:  # authlib and its HTTP client load only for a gateway that signs people in
+            from hatchway.access.sso import SignIn
+
+            self.sign_in = SignIn(sso, self.db, self.orgs, secret_lookup=self.vault.system_secret)
+        self.access = Gatekeeper(
+            self.orgs,
+            EndUsers(settings.access.end_users),
+            on_denied=self.admin.denied,
+            people=People(self.sessions, self.orgs) if self.sessions is not None else None,
+        )
+        """Who may call what: the key or signed-in person, the route's role, the verified end user
+        (``access/``)."""
         self.models = ModelRouter(settings, secret_lookup=self.vault.system_secret)
         pool = settings.mcp_pool
         self.mcp_pool = McpServerPool(
@@ -156,7 +192,9 @@ class Gateway:
             allow_private_hosts=settings.allow_private_mcp_urls,
             user_grants=self.user_grants,
         )
-        self.operations = OperationStore(self.db, lease_seconds=settings.operations.execution_lease_seconds)
+        self.operations = OperationStore(
+            self.db, lease_seconds=settings.operations.execution_lease_seconds, audit=self.audit
+        )
         # Plugin and agent tool files from hatchway.yaml are parsed here: a broken one stops the
         # start (ConfigError).
         self.questions = InputQuestions(self.db, self.vault, ttl_seconds=settings.oauth_consent_ttl_seconds)
@@ -260,9 +298,13 @@ class Gateway:
         await self.mcp_pool.aclose()
         await self.log_writer.close()
         await asyncio.to_thread(self.telemetry.tracing.shutdown)  # flushes spans over HTTP: off the loop
+        await asyncio.to_thread(self.audit_logs.shutdown)
         await self.models.aclose()
         if self.jobs is not None:
             await self.jobs.close()
         await self.limits.close()
+        await self.access.close()
+        if self.sign_in is not None:
+            await self.sign_in.close()
         await self.cache.close()
         await self.db.close()

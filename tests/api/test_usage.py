@@ -15,6 +15,7 @@ import genai_prices
 import httpx
 import pytest
 
+from hatchway.principal import Role
 from hatchway.store.db import Database
 from hatchway.store.orgs import OrgStore
 from tests.support.agent_loop import USER, log_of, rounds, write_plugin
@@ -165,7 +166,7 @@ def second_key(gateway: RunningGateway, name: str) -> str:
         db = Database(gateway.settings.database_url)
         try:
             assert gateway.org is not None
-            return (await OrgStore(db).create_key(gateway.org.org_id, name))[1]
+            return (await OrgStore(db).create_key(gateway.org.org_id, name, role=Role.ADMIN))[1]
         finally:
             await db.close()
 

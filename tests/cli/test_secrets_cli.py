@@ -160,7 +160,7 @@ def test_rotation_with_the_key_in_the_environment_takes_the_new_key_from_the_env
 
     old, new = (base64.b64encode(os.urandom(32)).decode() for _ in range(2))
     secret_scanner.watch(old, new)
-    cli("orgs", "create", "acme")
+    cli("orgs", "create", "acme", env={"HATCHWAY_MASTER_KEY": old})  # it signs the audit trail
     made = cli("secrets", "set", "env_secret", "--org", "acme", stdin="v1", env={"HATCHWAY_MASTER_KEY": old})
     assert made.returncode == 0
 

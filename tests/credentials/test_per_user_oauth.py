@@ -19,7 +19,7 @@ import pytest
 from tests.support.agent_loop import write_plugin
 from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, missing_browser
 from tests.support.cli import run
-from tests.support.gateway import RunningGateway, base_config, write_config
+from tests.support.gateway import OrgKey, RunningGateway, base_config, write_config
 from tests.support.leak_scanner import SecretScanner
 from tests.support.oauth_server import AuthorizedMcpServer, OAuthTestServer
 from tests.support.scripted_llm import Reply, ScriptedLLM
@@ -45,6 +45,8 @@ class Stack:
         users: dict[str, str] = USERS,
         agent: dict[str, Any] | None = None,
         access_ttl: int = 30,
+        org: OrgKey | None = None,
+        **config_extra: Any,
     ) -> None:
         port = free_port()
         self.public = f"http://127.0.0.1:{port}"
@@ -79,8 +81,9 @@ class Stack:
             public_base_url=self.public,
             allow_private_mcp_urls=True,
             agents=[{"name": "tickets", "model": "gpt-4o", "instructions": "Help.", "plugin": plugin}],
+            **config_extra,
         )
-        self.gateway = RunningGateway(write_config(tmp_path, config), port=port).start()
+        self.gateway = RunningGateway(write_config(tmp_path, config), port=port).start(org)
         assert self.gateway.put_secret("idp_client", self.idp.client.client_secret).status_code == 201
         llm.handler = whoami_model
         self.client = self.gateway.client()

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from hatchway.principal import Role
 from tests.support.agent_loop import write_plugin
 from tests.support.gateway import create_org_key
 from tests.support.replicas import Replicas, ServeProcess
@@ -26,7 +27,11 @@ Serve = Callable[..., tuple[ServeProcess, str]]
 
 
 def start_serve(
-    directory: Path, llm: ScriptedLLM, plugin: dict[str, Any] | None = None, **config: Any
+    directory: Path,
+    llm: ScriptedLLM,
+    plugin: dict[str, Any] | None = None,
+    role: Role = Role.ADMIN,
+    **config: Any,
 ) -> tuple[Replicas, ServeProcess, str]:
     database = f"sqlite+aiosqlite:///{directory / 'serve.db'}"
     replicas = Replicas(
@@ -48,7 +53,7 @@ def start_serve(
     except BaseException:
         replicas.stop()
         raise
-    return replicas, process, asyncio.run(create_org_key(database)).key
+    return replicas, process, asyncio.run(create_org_key(database, role=role)).key
 
 
 @pytest.fixture

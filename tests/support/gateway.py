@@ -16,6 +16,7 @@ from hatchway.api.app import create_app
 from hatchway.api.http_protocol import HatchwayHttpProtocol, HttpLimits
 from hatchway.config.settings import load_settings
 from hatchway.gateway import Gateway
+from hatchway.principal import Role
 from hatchway.store.db import Database
 from hatchway.store.orgs import OrgStore
 from tests.support.servers import ServerThread
@@ -28,13 +29,15 @@ class OrgKey:
     key: str
 
 
-async def create_org_key(database_url: str, org_name: str | None = None) -> OrgKey:
+async def create_org_key(database_url: str, org_name: str | None = None, role: Role = Role.ADMIN) -> OrgKey:
+    """A new organisation and a key of it: an ``admin`` key unless told otherwise, as every key was
+    before key roles (the tests that predate them call, confirm and read with one key)."""
     db = Database(database_url)
     try:
         await db.migrate()
         store = OrgStore(db)
         org = await store.create_org(org_name or f"org-{uuid.uuid4().hex[:8]}")
-        _, key = await store.create_key(org.id)
+        _, key = await store.create_key(org.id, role=role)
         return OrgKey(org.id, org.name, key)
     finally:
         await db.close()

@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hatchway.api import (
+    admin,
     connections,
     health,
     logs,
@@ -24,6 +25,7 @@ from hatchway.api import (
     responses_compact,
     responses_socket,
     secrets,
+    sso,
     tool_pins,
     usage,
 )
@@ -114,6 +116,7 @@ def create_app(
     install_error_handlers(app)
     install_openapi(app)
     for module in (
+        admin,
         health,
         metrics,
         models,
@@ -130,6 +133,7 @@ def create_app(
     app.include_router(mcp_servers.router)
     app.include_router(connections.router)
     app.include_router(tool_pins.router)
+    app.include_router(sso.router)  # /ui/login, /ui/callback, …: before the dashboard's files at /ui
     mount_dashboard(app)
     observed = {"metrics": gw.telemetry.metrics, "tracing": gw.telemetry.tracing}
     app.add_middleware(ErrorMiddleware)  # inside the observability middleware: it sees the status sent

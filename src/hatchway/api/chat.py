@@ -12,7 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from hatchway.api.auth import bearer_token
+from hatchway.api.auth import admit, source_of
 from hatchway.api.context import admit_run, budget_header, header_dict
 from hatchway.api.errors import parse_json_body, validate_body
 from hatchway.api.sse import DONE, SSE_HEADERS, data_event
@@ -103,7 +103,7 @@ class ChatCompletionsApp:
             raise StarletteHTTPException(405, "Method Not Allowed", headers={"allow": "POST"})
         gw = self.gw
         headers = header_dict(scope["headers"])
-        principal = await gw.orgs.authenticate(bearer_token(headers.get("authorization", "")))
+        principal = await admit(gw, headers, "POST", self.path, source_of(scope))
         ctx = RunContext.from_headers(
             principal,
             headers,

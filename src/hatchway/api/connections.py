@@ -18,7 +18,8 @@ import orjson
 from fastapi import APIRouter, Depends, Path, Request
 from starlette.responses import HTMLResponse, Response
 
-from hatchway.api.auth import authenticate, gateway_of
+from hatchway.access.roles import narrows_to_end_user
+from hatchway.api.auth import audit, authenticate, gateway_of
 from hatchway.config.plugin import McpServerConfig, PluginConfig
 from hatchway.credentials.grants import CLIENT_METADATA_PATH, CONNECT_PATH
 from hatchway.credentials.store import OAuthConsentRow
@@ -129,8 +130,8 @@ async def client_metadata(request: Request) -> Response:
     return Response(orjson.dumps(document), media_type="application/json")
 
 
-def _end_user(request: Request) -> str:
-    user = request.headers.get("x-on-behalf-of")
+def _end_user(request: Request, principal: Principal) -> str:
+    user = principal.end_user or request.headers.get("x-on-behalf-of")
     if not user:
         raise InvalidRequest(
             "X-On-Behalf-Of: required; connections belong to an end user", param="X-On-Behalf-Of"
@@ -143,8 +144,12 @@ async def list_connections(
     request: Request, principal: Annotated[Principal, Depends(authenticate)]
 ) -> Response:
     """Per-user OAuth connections: the end user's (``X-On-Behalf-Of``), or without it the whole
-    organisation's (the dashboard's view); server, scopes, expiry, never a token."""
-    user = request.headers.get("x-on-behalf-of") or None
+    organisation's (the dashboard's view: a viewer or admin key; an app key must name its end user);
+    server, scopes, expiry, never a token."""
+    if narrows_to_end_user(principal):
+        user: str | None = _end_user(request, principal)
+    else:
+        user = principal.end_user or request.headers.get("x-on-behalf-of") or None
     found = await gateway_of(request).user_grants.connections(principal.org_id, user)
     payload = {"object": "list", "data": [c.to_dict() for c in found]}
     return Response(orjson.dumps(payload), media_type="application/json")
@@ -157,8 +162,10 @@ async def revoke_connection(
     principal: Annotated[Principal, Depends(authenticate)],
 ) -> Response:
     """Forget the end user's grant of ``server``: the next call asks them to connect again."""
-    removed = await gateway_of(request).user_grants.revoke(principal.org_id, _end_user(request), server)
+    user = _end_user(request, principal)
+    removed = await gateway_of(request).user_grants.revoke(principal.org_id, user, server)
     if not removed:
         raise NotFound(f"no connection to '{server}' for this user")
+    await audit(request, principal, "connection.revoke", f"connection:{server}", {"end_user": user})
     payload = {"object": "connection.deleted", "server": server, "deleted": True}
     return Response(orjson.dumps(payload), media_type="application/json")

@@ -12,7 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from hatchway.api.auth import bearer_token
+from hatchway.api.auth import bearer_token, source_of
 from hatchway.api.chat import chain, prefetch, read_body, run_headers
 from hatchway.api.context import admit_run, header_dict
 from hatchway.api.errors import error_response, parse_json_body, validate_body
@@ -67,7 +67,9 @@ class MessagesApp:
         if scope["method"] != "POST":
             raise StarletteHTTPException(405, "Method Not Allowed", headers={"allow": "POST"})
         headers = header_dict(scope["headers"])
-        principal = await self.gw.orgs.authenticate(_api_key(headers))
+        principal = await self.gw.access.admit(
+            _api_key(headers), headers, "POST", self.path, source=source_of(scope)
+        )
         if self.path == COUNT_ROUTE:
             raw = await read_body(receive)
             validate_body(MessagesRequest, parse_json_body(raw))

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 
+from hatchway.access.roles import narrows_to_end_user
 from hatchway.api.auth import authenticate, gateway_of
 from hatchway.api.context import run_context
 from hatchway.api.errors import parse_json_body
@@ -24,7 +25,7 @@ from hatchway.engine.tools.operations.execution import (
 )
 from hatchway.engine.tools.operations.models import OperationRecord, OperationStatus, operation_to_dict
 from hatchway.engine.tools.operations.store import OperationQuery
-from hatchway.errors import InvalidRequest
+from hatchway.errors import InvalidRequest, NotFound
 from hatchway.principal import Principal
 
 router = APIRouter()
@@ -51,8 +52,15 @@ async def list_operations(
     after: str | None = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> dict[str, Any]:
+    ctx = run_context(request, principal, 0)
     query = OperationQuery(
-        status=_status(status), agent=agent, session_key=session, after=after, limit=limit + 1
+        status=_status(status),
+        agent=agent,
+        session_key=session,
+        after=after,
+        limit=limit + 1,
+        end_user_only=narrows_to_end_user(principal),
+        end_user=ctx.on_behalf_of,
     )
     rows = await gateway_of(request).operations.list(principal.org_id, query)
     page = rows[:limit]
@@ -69,6 +77,12 @@ async def get_operation(
     request: Request, operation_id: str, principal: Annotated[Principal, Depends(authenticate)]
 ) -> dict[str, Any]:
     op = await gateway_of(request).operations.get(operation_id, org_id=principal.org_id)
+    if (
+        narrows_to_end_user(principal)
+        and (op.requested_by or None) != run_context(request, principal, 0).on_behalf_of
+    ):
+        # Another end user's: as if it did not exist (an app key reads its own end user's only).
+        raise NotFound(f"No operation '{operation_id}' in this organisation.", param="operation_id")
     return operation_to_dict(op)
 
 

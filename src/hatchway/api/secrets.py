@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Path, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, WithJsonSchema, field_validator
 from starlette.responses import Response
 
-from hatchway.api.auth import authenticate, gateway_of
+from hatchway.api.auth import audit, authenticate, gateway_of
 from hatchway.api.errors import parse_json_body, validate_body
 from hatchway.principal import Principal
 from hatchway.vault.names import ENTRY_SCHEMA, MAX_ALLOWED_HOSTS, NAME_PATTERN, check_name
@@ -55,6 +55,8 @@ async def put_secret(
     info, created = await gateway_of(request).vault.put(
         principal.org_id, name, body.value, body.allowed_hosts
     )
+    detail = {"created": created, "allowed_hosts": body.allowed_hosts}  # never the value
+    await audit(request, principal, "secret.put", f"secret:{name}", detail)
     return _json(info.to_dict(), 201 if created else 200)
 
 
@@ -71,4 +73,5 @@ async def delete_secret(
 ) -> Response:
     check_name(name)
     await gateway_of(request).vault.delete(principal.org_id, name)
+    await audit(request, principal, "secret.delete", f"secret:{name}")
     return _json({"object": "secret.deleted", "name": name, "deleted": True})

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Depends, Path, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
-from hatchway.api.auth import authenticate, gateway_of
+from hatchway.api.auth import audit, authenticate, gateway_of
 from hatchway.errors import NotFound
 from hatchway.principal import Principal
 
@@ -46,5 +46,6 @@ async def approve_drift(
     approved = await gateway_of(request).tool_pins.approve(principal.org_id, server, tools)
     if not approved:
         raise NotFound(f"no tool of '{server}' waits for approval")
+    await audit(request, principal, "tool.approve", f"mcp_server:{server}", {"tools": approved})
     payload = {"object": "tools.approved", "server": server, "tools": approved}
     return Response(orjson.dumps(payload), media_type="application/json")

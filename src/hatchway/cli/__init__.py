@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "mcp": "mcp",
     "logs": "logs",
     "usage": "usage",
+    "audit": "audit",
     "limits": "limits",
     "connections": "connections",
     "tools": "tools",

@@ -10,6 +10,7 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
+from hatchway.cli.admin import cli_actor, with_admin
 from hatchway.cli.program import (
     DEFAULT_CONFIG,
     ConfigOption,
@@ -74,12 +75,7 @@ def _values(pairs: list[str]) -> dict[str, Any]:
 async def _set(
     config: Path, table: Scope, name: str, values: dict[str, Any], unset: list[str]
 ) -> dict[str, Any]:
-    db = Database(settings_from(config).database_url)
-    try:
-        await db.migrate()
-        return await LimitOverrides(db).set(table, name, values, unset)
-    finally:
-        await db.close()
+    return await with_admin(config, lambda admin: admin.set_limits(cli_actor(), table, name, values, unset))
 
 
 async def _read(config: Path) -> tuple[LimitsSettings, list[LimitOverride]]:

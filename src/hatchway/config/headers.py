@@ -12,6 +12,8 @@ NEVER_FORWARDED = frozenset(
         "authorization",
         "proxy-authorization",
         "cookie",
+        "x-hatchway-user-token",  # an end user's proof of identity (access/end_users.py): ours only
+        "x-csrf-token",  # a signed-in person's session token (access/people.py): ours only
         # routing and framing: forwarding these would corrupt or redirect the MCP request itself
         "host",
         "connection",

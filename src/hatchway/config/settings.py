@@ -10,6 +10,7 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import AfterValidator, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from hatchway.config.access import AccessSettings, AuditSettings
 from hatchway.config.agents import OperationSettings
 from hatchway.config.background import BackgroundSettings
 from hatchway.config.loading import StrictModel, load_yaml_model
@@ -650,6 +651,10 @@ class Settings(StrictModel):
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     """Requests and tokens per minute and concurrent runs per organisation, key, end user and agent,
     across replicas on Redis (docs/limits.md, "Limits")."""
+    access: AccessSettings = Field(default_factory=AccessSettings)
+    """Key rotation, verified end users, SSO for people (docs/access.md)."""
+    audit: AuditSettings = Field(default_factory=AuditSettings)
+    """The tamper-evident audit trail (docs/access.md)."""
 
     _config_dir: Path = PrivateAttr(default_factory=Path.cwd)
 

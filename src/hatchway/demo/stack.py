@@ -158,12 +158,13 @@ class DemoStack:
         self.gateway_server = self._serve(self.gateway_app, "gateway")
 
     def _create_key(self) -> None:
+        from hatchway.principal import Role
         from hatchway.store.orgs import OrgStore
 
         assert self.gateway_server is not None
         orgs = OrgStore(self.gateway_app.state.gateway.db)  # the gateway's own database
         self.gateway_server.call(orgs.create_org(ORG))
-        _, self.api_key = self.gateway_server.call(orgs.create_key(ORG, "demo"))
+        _, self.api_key = self.gateway_server.call(orgs.create_key(ORG, "demo", role=Role.ADMIN))
 
 
 def _sqlite_url(state_dir: Path) -> str:

@@ -34,6 +34,26 @@ MEANINGS: dict[str, str] = {
     "invalid_token": "An MCP endpoint in OAuth resource-server mode refused the access token: another "
     "issuer or audience, expired, a bad signature, a missing scope, or inactive (docs/mcp-endpoints.md).",
     "forbidden": "Authenticated, but this key may not do that.",
+    "insufficient_role": "The key's (or signed-in person's) role is not granted this route, model or MCP "
+    "endpoint; the message names the role needed (docs/access.md, \"Roles\").",
+    "expired_api_key": "The key is past its `expires_at`, or past the grace period of a rotation "
+    "(`access.key_rotation_grace_seconds`).",
+    "invalid_user_token": "The organisation requires verified end users and the user token "
+    "(`X-Hatchway-User-Token`) is missing, expired, signed by an unpublished key, or for another issuer "
+    "or audience; the message says which (docs/access.md, \"Verified end users\").",
+    "end_user_mismatch": "`X-On-Behalf-Of` names another end user than the verified user token's subject.",
+    "end_user_not_verified": "`X-On-Behalf-Of` was sent without a user token to an organisation that "
+    "accepts only verified end users.",
+    "session_expired": "The SSO session cookie names no live session: signed out (on any replica), past "
+    "`access.sso.session_seconds`, unused for `idle_seconds`, or unknown. Sign in again.",
+    "csrf_failed": "A change (POST, PUT, PATCH, DELETE) made with the SSO session cookie lacks the session's "
+    "`X-CSRF-Token` (`GET /ui/session` gives it to the dashboard); a key in `Authorization` needs none.",
+    "sso_state_invalid": "An SSO callback's `state` is missing, altered, expired, already used, or was "
+    "issued to another browser (login CSRF): sign in again from the dashboard.",
+    "sso_failed": "The identity provider refused the sign-in (its code was not accepted), or its ID token "
+    "could not be verified (signature, issuer, audience, expiry, nonce).",
+    "sso_no_role": "The identity provider signed the person in, but none of their groups is mapped to a role "
+    "(`access.sso.role_mappings`): no session is made.",
     "egress_denied": "An inline plugin's server or token URL resolves to a loopback, private, link-local or "
     "metadata address, or runs a stdio command (set `allow_private_mcp_urls` on trusted networks); "
     "during a tool call, the connection was refused for the same reason.",
@@ -80,6 +100,10 @@ MEANINGS: dict[str, str] = {
     "reached: Redis, for the limits with `limits.on_redis_failure: refuse` (retry after `retry-after`).",
     "database_unavailable": "The database could not be reached (down, refusing connections, cut mid-query); "
     "retry after the `retry-after` seconds.",
+    "sso_provider_unavailable": "The SSO identity provider could not be reached, its discovery document "
+    "names another issuer than `access.sso.issuer`, or the client secret is not set.",
+    "sso_busy": "`access.sso.max_pending_logins` sign-ins are under way; retry when some finish or expire "
+    "(`login_seconds`).",
     "internal_error": "A bug in the gateway. The response (or stored response) says only this; the "
     "gateway's log has the details.",
     "upstream_error": "The upstream model provider failed.",

@@ -365,7 +365,9 @@ class RunContext:
 
         ``known_secrets`` are values the gateway already holds (its provider keys): the run
         redacts them too."""
-        on_behalf_of = headers.get("x-on-behalf-of") or None
+        # A verified end user (access/end_users.py, which refused any other X-On-Behalf-Of) is the
+        # end user; otherwise the app's word.
+        on_behalf_of = principal.end_user or headers.get("x-on-behalf-of") or None
         if on_behalf_of is not None and len(on_behalf_of) > MAX_ON_BEHALF_OF:
             raise InvalidRequest(
                 f"X-On-Behalf-Of: at most {MAX_ON_BEHALF_OF} characters (got {len(on_behalf_of)})",

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hatchway.access.roles import check_model
 from hatchway.config.plugin import StreamMode
 from hatchway.config.settings import AgentConfig, Settings
 from hatchway.engine.context import RunBudget, RunContext
@@ -171,6 +172,7 @@ class Planner:
     async def check(self, model: str, ctx: RunContext) -> Target:
         """What planning would refuse, without planning: for a response that another process will
         run (the job queue), so a bad request still fails when it is made."""
+        check_model(ctx.principal, model)
         target = self.target(model)
         await self.plugins.check(target.agent, target.public_model, ctx)
         return target
@@ -197,6 +199,8 @@ class Planner:
 
     async def plan(self, request: PlanRequest, ctx: RunContext, scope: RunScope) -> RunPlan:
         """Resolve the model (or agent) and everything bound to this request, then begin its scope."""
+        if ctx.depth == 0:  # a subagent's model is its agent's configuration, not the caller's choice
+            check_model(ctx.principal, request.model)
         target = self.target(request.model)
         plugin = await self.plugins.bind(target.agent, target.public_model, ctx)
         caller: McpToolCaller | None = plugin.client if plugin is not None else None

@@ -129,6 +129,10 @@ class Background:
         assert ctx.response_id is not None
         # Credentials of the caller (the Hatchway key, cookies) and framing headers are never kept.
         headers = {k: v for k, v in ctx.request_headers.items() if k not in NEVER_FORWARDED}
+        if ctx.principal.end_user is not None:
+            # The worker that runs it does not verify the user token again (it may have expired by
+            # then): the end user it proved travels sealed, as the run's X-On-Behalf-Of.
+            headers["x-on-behalf-of"] = ctx.principal.end_user
         sealed = await self.vault.seal_blob(
             ctx.org_id, orjson.dumps(headers), purpose=headers_purpose(ctx.response_id)
         )

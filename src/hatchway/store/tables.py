@@ -56,6 +56,17 @@ class ApiKey(Base):
     key_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+    role: Mapped[str] = mapped_column(String(16), default="app")
+    """``app``, ``viewer``, ``admin`` or ``platform`` (principal.Role; 0013_access)."""
+    description: Mapped[str | None] = mapped_column(String(512), default=None)
+    allowed_models: Mapped[list[Any] | None] = mapped_column(default=None)
+    """Public model names (``agent:<name>`` included) the key may call; null: any."""
+    allowed_mcp_endpoints: Mapped[list[Any] | None] = mapped_column(default=None)
+    """``/mcp/<name>`` endpoints the key may use; null: any."""
+    expires_at: Mapped[datetime | None] = mapped_column(default=None)
+    """The key stops working at this time (a rotated key: the end of its grace period)."""
+    replaced_by: Mapped[str | None] = mapped_column(String(40), default=None)
+    """The key that replaced this one in a rotation."""
 
 
 class RequestLog(Base):

@@ -35,7 +35,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
-from hatchway.api.auth import bearer_token
+from hatchway.access.roles import check_endpoint
+from hatchway.api.auth import bearer_token, source_of
 from hatchway.api.errors import error_response
 from hatchway.api.mcp_endpoints.oauth import METADATA_PREFIX, ResourceServer, TokenRejected
 from hatchway.config.settings import Settings
@@ -70,6 +71,7 @@ class McpEndpoints:
     def __init__(self, gateway: Gateway) -> None:
         settings = gateway.settings
         self.orgs = gateway.orgs
+        self.access = gateway.access
         """Who a key or an OAuth token's organisation is."""
         self.endpoints: dict[str, Endpoint] = {}
         self.resource_servers: dict[str, ResourceServer] = {}
@@ -187,7 +189,11 @@ class McpEndpoints:
         token = bearer_token(headers.get("authorization", ""))
         resource = self.resource_servers.get(endpoint.config.name) if endpoint is not None else None
         if resource is None or token is None or token.startswith(KEY_PREFIX):
-            principal = await self.orgs.authenticate(token)
+            principal = await self.access.admit(
+                token, headers, scope["method"], "/mcp/{name}", source=source_of(scope)
+            )
+            if endpoint is not None:
+                check_endpoint(principal, endpoint.config.name)
             # A bad X-On-Behalf-Of is the request's 400 now, not an error inside the MCP exchange.
             ctx = RunContext.from_headers(principal, headers, deadline_seconds=0)
             return principal, ctx.on_behalf_of

@@ -6,8 +6,8 @@ naming the configured authorization server; a request without a valid token is 4
 ``WWW-Authenticate: Bearer resource_metadata="…"``. A token is accepted only when it was issued by
 that server for this endpoint (``aud``), is unexpired, carries the required scopes, and:
 
-- with ``jwks_url``: its signature verifies against the server's published keys (PyJWT, asymmetric
-  algorithms only; the key set is refetched when a token names an unknown key, at most every 30 s);
+- with ``jwks_url``: its signature verifies against the server's published keys (``access/jwks.py``:
+  PyJWT, asymmetric algorithms only; refetched for an unknown key, at most every 30 s);
 - with ``introspection_url``: the server says it is active (RFC 7662, the gateway authenticating
   with its client id and a vault secret); an active answer is reused for at most 60 s.
 
@@ -18,7 +18,6 @@ token passthrough): upstream credentials come from the vault.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import time
 from collections import OrderedDict
@@ -26,18 +25,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import jwt
 
+from hatchway.access.jwks import KeySet, TokenInvalid, get_json
 from hatchway.config.settings import McpEndpointOAuth
 from hatchway.errors import AuthenticationError, ConfigError
 
-JWKS_TTL_SECONDS = 300.0
-JWKS_REFETCH_SECONDS = 30.0
-"""An unknown key id refetches the key set at most this often (a flood of forged kids costs nothing)."""
 INTROSPECTION_CACHE_SECONDS = 60.0
 INTROSPECTION_CACHE_ENTRIES = 10_000
-MAX_DOCUMENT_BYTES = 256 * 1024
-"""A JWKS or introspection answer larger than this is refused."""
 METADATA_PREFIX = "/.well-known/oauth-protected-resource"
 
 
@@ -84,10 +78,7 @@ class ResourceServer:
         self._secret = secret
         """``async (ref) -> str``: the introspection client's secret from the vault."""
         self._http = httpx.AsyncClient(timeout=timeout, follow_redirects=False)
-        self._jwks: jwt.PyJWKSet | None = None
-        self._jwks_at = 0.0
-        self._jwks_failed = False
-        self._jwks_lock = asyncio.Lock()
+        self._keys = KeySet(config.jwks_url, self._http) if config.jwks_url else None
         self._active: OrderedDict[str, tuple[float, TokenSubject]] = OrderedDict()
 
     def metadata(self) -> dict[str, Any]:
@@ -127,55 +118,18 @@ class ResourceServer:
     # -- JWKS ----------------------------------------------------------------------------------------
 
     async def _verify_jwt(self, token: str, audience: str) -> TokenSubject:
+        assert self._keys is not None
         try:
-            header = jwt.get_unverified_header(token)
-        except jwt.PyJWTError as exc:
-            raise TokenRejected(f"not a JWT ({type(exc).__name__})") from None
-        if header.get("alg") not in self.config.algorithms:
-            raise TokenRejected(f"algorithm {header.get('alg')!r} not accepted")
-        key = await self._key(str(header.get("kid") or ""))
-        try:
-            claims = jwt.decode(
+            claims = await self._keys.verify(
                 token,
-                key.key,
-                algorithms=list(self.config.algorithms),
-                audience=audience,
                 issuer=self.config.issuer,
-                options={"require": ["exp", "iss", "aud"]},
+                audience=audience,
+                algorithms=self.config.algorithms,
                 leeway=30,
             )
-        except jwt.PyJWTError as exc:
-            raise TokenRejected(f"{type(exc).__name__}: {exc}") from None
+        except TokenInvalid as exc:
+            raise TokenRejected(exc.reason) from None
         return self._subject(claims)
-
-    async def _key(self, kid: str) -> jwt.PyJWK:
-        keys = await self._key_set(refresh=False)
-        key = _find(keys, kid)
-        if key is None and time.monotonic() - self._jwks_at >= JWKS_REFETCH_SECONDS:
-            key = _find(await self._key_set(refresh=True), kid)
-        if key is None:
-            raise TokenRejected(f"no published key {kid!r}")
-        return key
-
-    async def _key_set(self, *, refresh: bool) -> jwt.PyJWKSet:
-        async with self._jwks_lock:
-            age = time.monotonic() - self._jwks_at
-            if self._jwks is not None and age < JWKS_TTL_SECONDS and not refresh:
-                return self._jwks
-            if self._jwks is None and self._jwks_failed and age < JWKS_REFETCH_SECONDS:
-                # Unreadable a moment ago: refuse at once rather than ask again for every token.
-                raise TokenRejected("the key set could not be read (retried every 30 s)")
-            self._jwks_at = time.monotonic()
-            assert self.config.jwks_url is not None
-            try:
-                document = await self._get_json("GET", self.config.jwks_url)
-                self._jwks = jwt.PyJWKSet.from_dict(document)
-                self._jwks_failed = False
-            except (httpx.HTTPError, ValueError, jwt.PyJWTError) as exc:
-                self._jwks_failed = True
-                if self._jwks is None:
-                    raise TokenRejected(f"the key set could not be read ({type(exc).__name__})") from None
-            return self._jwks
 
     # -- introspection -------------------------------------------------------------------------------
 
@@ -189,7 +143,8 @@ class ResourceServer:
         assert config.introspection_url is not None and config.client_id and config.secret_ref
         secret = await self._secret(config.secret_ref)
         try:
-            answer = await self._get_json(
+            answer = await get_json(
+                self._http,
                 "POST",
                 config.introspection_url,
                 data={"token": token, "token_type_hint": "access_token"},
@@ -226,23 +181,3 @@ class ResourceServer:
         scope = claims.get("scope")
         scopes = tuple(scope.split()) if isinstance(scope, str) else tuple(claims.get("scp") or ())
         return TokenSubject(subject, scopes)
-
-    async def _get_json(self, method: str, url: str, **kwargs: Any) -> dict[str, Any]:
-        async with self._http.stream(method, url, **kwargs) as response:
-            response.raise_for_status()
-            body = bytearray()
-            async for chunk in response.aiter_bytes():
-                body += chunk
-                if len(body) > MAX_DOCUMENT_BYTES:
-                    raise ValueError("answer too large")
-        document = httpx.Response(200, content=bytes(body)).json()
-        if not isinstance(document, dict):
-            raise ValueError("not a JSON object")
-        return document
-
-
-def _find(keys: jwt.PyJWKSet, kid: str) -> jwt.PyJWK | None:
-    for key in keys.keys:
-        if key.key_id == kid or (not kid and len(keys.keys) == 1):
-            return key
-    return None

@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from hatchway.access.gatekeeper import request_id_of
+from hatchway.audit import AuditEvent
 from hatchway.engine.context import RunContext
 from hatchway.engine.tools.mcp.calls import McpCallResult, McpToolCaller
 from hatchway.engine.tools.operations.classify import classify_results
@@ -69,6 +71,24 @@ def check_end_user(op: OperationRecord, ctx: RunContext) -> None:
     )
 
 
+async def record_decision(
+    store: OperationStore, ctx: RunContext, action: str, op_id: str, *, via: str
+) -> None:
+    """An operation's confirmation or cancellation in the audit trail: the key, the end user, how."""
+    if store.audit is None:
+        return
+    detail = {"end_user": ctx.on_behalf_of, "via": via}
+    event = AuditEvent(
+        org_id=ctx.org_id,
+        actor=ctx.principal.actor,
+        action=action,
+        target=f"operation:{op_id}",
+        request_id=request_id_of(ctx.request_headers),
+        detail=detail,
+    )
+    await store.audit.record(event)
+
+
 def execution_meta(op: OperationRecord) -> dict[str, Any]:
     """The ``_meta`` of the primary call: the operation id as idempotency key, workflow if any."""
     meta: dict[str, Any] = {"idempotency_key": op.id, OPERATION_META_KEY: op.id}
@@ -101,6 +121,7 @@ async def confirm_operation(
     check_confirmable(op, expected_digest)
     won = await store.claim(op.id, org_id=ctx.org_id, confirmed_by=ctx.on_behalf_of, via=via)
     if won:
+        await record_decision(store, ctx, "operation.confirm", op.id, via=via)
         return Confirmation(await execute_claimed(store, op, caller, ctx), executed=True)
     current = await store.get(op.id, org_id=ctx.org_id)
     if current.state is S.EXECUTING:
@@ -229,6 +250,7 @@ async def cancel_operation(
     if ctx.on_behalf_of:
         reason = f"{reason} (by {ctx.on_behalf_of})"
     if await store.cancel(op_id, reason, org_id=ctx.org_id):
+        await record_decision(store, ctx, "operation.cancel", op_id, via=reason)
         return await store.get(op_id, org_id=ctx.org_id)
     op = await store.get(op_id, org_id=ctx.org_id)
     if op.state is S.CANCELLED:

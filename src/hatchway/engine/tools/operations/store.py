@@ -28,6 +28,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
+from hatchway.audit import AuditTrail
 from hatchway.engine.tools.operations.models import (
     OPEN_STATES,
     OperationQuestion,
@@ -127,6 +128,9 @@ class OperationQuery:
     session_key: str | None = None
     after: str | None = None
     limit: int = 50
+    end_user_only: bool = False
+    """Only the operations ``end_user`` asked for (an ``app`` key sees only its own end user's)."""
+    end_user: str | None = None
 
 
 class OperationStore:
@@ -139,8 +143,11 @@ class OperationStore:
         lease_seconds: float = 30.0,
         clock: Callable[[], datetime] = utcnow,
         instance_id: str | None = None,
+        audit: AuditTrail | None = None,
     ) -> None:
         self.db = db
+        self.audit = audit
+        """Where confirmations and cancellations are recorded (``execution.record_decision``)."""
         self.lease_seconds = lease_seconds
         self.clock = clock
         self.instance_id = instance_id or executor_id()
@@ -385,6 +392,11 @@ class OperationStore:
             stmt = stmt.where(OperationRecord.session_key == query.session_key)
         if query.after is not None:
             stmt = stmt.where(OperationRecord.id < query.after)
+        if query.end_user_only:
+            requested_by = OperationRecord.requested_by
+            stmt = stmt.where(
+                requested_by.is_(None) if query.end_user is None else requested_by == query.end_user
+            )
         stmt = stmt.order_by(OperationRecord.id.desc()).limit(query.limit)
         async with self.db.session() as s:
             return list(await s.scalars(stmt))

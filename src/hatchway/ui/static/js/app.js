@@ -1,8 +1,10 @@
-// The dashboard shell: sign-in, navigation (hash routes) and the page modules.
+// The dashboard shell: sign-in (an API key, or SSO when the gateway offers it), the organisation
+// picker of a person with several, navigation (hash routes) and the page modules.
 
-import { api, ApiError, session } from "./api.js";
+import { api, ApiError, forgetPerson, loadPerson, session, signOutPerson, ssoOffered } from "./api.js";
 import { h, render } from "./dom.js";
 import { showConnections } from "./pages/connections.js";
+import { showKeys } from "./pages/keys.js";
 import { showMcpEndpoints, showMcpServers } from "./pages/mcp.js";
 import { showOperations } from "./pages/operations.js";
 import { showPins } from "./pages/pins.js";
@@ -17,6 +19,7 @@ const routes = [
   [/^#\/spend$/, "spend", showSpend],
   [/^#\/operations$/, "operations", showOperations],
   [/^#\/secrets$/, "secrets", showSecrets],
+  [/^#\/keys$/, "keys", showKeys],
   [/^#\/mcp$/, "mcp", showMcpServers],
   [/^#\/mcp-endpoints$/, "mcp-endpoints", showMcpEndpoints],
   [/^#\/connections$/, "connections", showConnections],
@@ -31,11 +34,27 @@ function signedIn(yes) {
   $("nav").hidden = !yes;
   $("sign-out").hidden = !yes;
   $("page").hidden = !yes;
+  showPerson();
+}
+
+/** Who is signed in with SSO, and the organisation picker when they may act in several. */
+function showPerson() {
+  const person = session.key() ? null : session.person();
+  const organizations = person?.organizations || [];
+  $("who").hidden = !person;
+  $("who").textContent = person ? `Signed in as ${person.name || person.subject}` : "";
+  $("org-picker-field").hidden = organizations.length < 2;
+  const current = session.organization();
+  render(
+    $("org-picker"),
+    organizations.map((o) => h("option", { value: o.id, selected: o.id === current }, `${o.name} (${o.role})`)),
+  );
 }
 
 async function route() {
-  if (!session.key()) {
+  if (!session.signedIn()) {
     signedIn(false);
+    $("sso-button").href = `/ui/login?next=${encodeURIComponent(`/ui/${window.location.hash}`)}`;
     $("api-key").focus();
     return;
   }
@@ -77,15 +96,31 @@ $("sign-in-form").addEventListener("submit", async (event) => {
   route();
 });
 
-$("sign-out").addEventListener("click", () => {
-  session.signOut();
+$("sign-out").addEventListener("click", async () => {
+  if (session.key()) session.signOut();
+  else await signOutPerson();
+  route();
+});
+
+$("org-picker").addEventListener("change", (event) => {
+  session.pickOrganization(event.target.value);
   route();
 });
 
 window.addEventListener("hatchway:unauthorized", () => {
+  const wasPerson = !session.key() && session.person();
   session.signOut();
+  forgetPerson();
   route();
-  $("sign-in-error").textContent = "Your key is no longer accepted; sign in again.";
+  $("sign-in-error").textContent = wasPerson
+    ? "Your session has ended; sign in again."
+    : "Your key is no longer accepted; sign in again.";
 });
 window.addEventListener("hashchange", route);
-route();
+
+async function start() {
+  const [offered] = await Promise.all([ssoOffered().catch(() => false), loadPerson().catch(() => null)]);
+  $("sso-sign-in").hidden = !offered;
+  route();
+}
+start();
