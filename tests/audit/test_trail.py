@@ -331,3 +331,22 @@ async def test_each_entry_is_logged_as_one_structured_line(
     assert len(lines) == 1
     assert json.loads(lines[0].getMessage().removeprefix("audit ")) == entry.to_dict()
     assert getattr(lines[0], "audit.action") == "limit.set"
+
+
+async def test_resigning_after_a_rotation_keeps_every_signature_checkable_but_not_a_broken_chain(
+    db: Database, make_trail: TrailFactory
+) -> None:
+    old = make_trail(db)
+    intact, broken = new_org(), new_org()
+    await record_many(old, intact, ENTRIES)
+    await record_many(old, broken, ENTRIES)
+    await edit_entry(db, broken, 4, target="elsewhere")
+    new_key = MasterKey.generate("rotated")
+    done = await old.resign(new_key)
+    assert done.refused == (broken,)
+    assert done.resigned == 3  # the intact organisation's head and two checkpoints
+    rotated = make_trail(db, key=new_key)
+    [report] = (await rotated.verify(intact)).organisations
+    assert report.ok and report.signatures_checked == 3 and report.not_checkable == ()
+    [still] = (await rotated.verify(broken)).organisations
+    assert still.problem is not None and still.problem.seq == 4

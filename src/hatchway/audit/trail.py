@@ -19,7 +19,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -89,6 +89,14 @@ def _signed_record(kind: str, row: AuditHead | AuditCheckpoint) -> dict[str, Any
     if isinstance(row, AuditCheckpoint):
         record["at"] = format_time(row.at)
     return {"type": kind, **record, "key_id": row.key_id, "signature": row.signature}
+
+
+@dataclass(frozen=True, slots=True)
+class ResignResult:
+    """What ``AuditTrail.resign`` did: signatures made again, organisations left (their chain broke)."""
+
+    resigned: int
+    refused: tuple[str, ...]
 
 
 class AuditTrail:
@@ -287,6 +295,29 @@ class AuditTrail:
             problem = ChainBreak(beyond, "unsigned", f"entries from {beyond} on are past the signed head")
             report = replace(report, problem=problem)
         return report
+
+    async def resign(self, new_key: MasterKey) -> ResignResult:
+        """After a master key rotation: check each organisation's chain with this trail's (old) key,
+        then sign its head and checkpoints again with ``new_key``, so ``verify`` keeps checking them
+        under the new key. A chain that does not verify is left as it is (and named): re-signing it
+        would bless the tampering. Run with every gateway stopped, as the rotation is."""
+        if self.signer is None:
+            raise MasterKeyError("re-signing the audit trail needs the previous master key")
+        new = Signer(new_key)
+        resigned, refused = 0, []
+        for org_id in await self.org_ids():
+            if not (await self._verify_org(org_id)).ok:
+                refused.append(org_id)
+                continue
+            async with self.db.session() as s:
+                head = await s.get(AuditHead, org_id)
+                rows: list[AuditHead | AuditCheckpoint] = [head] if head is not None else []
+                rows += await s.scalars(select(AuditCheckpoint).where(AuditCheckpoint.org_id == org_id))
+                for row in rows:
+                    if row.key_id == self.signer.key_id:
+                        row.key_id, row.signature = new.key_id, new.sign(org_id, row.seq, row.hash)
+                        resigned += 1
+        return ResignResult(resigned, tuple(refused))
 
     async def _unsigned_tail(self, org_id: str) -> int | None:
         """The first entry past the organisation's head, read in one statement (one snapshot)."""

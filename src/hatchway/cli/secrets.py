@@ -10,11 +10,13 @@ import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.table import Table
 
+from hatchway.audit import AuditEvent, AuditTrail
+from hatchway.cli.admin import cli_actor
 from hatchway.cli.program import (
     DEFAULT_CONFIG,
     ConfigOption,
@@ -29,6 +31,7 @@ from hatchway.cli.program import (
 from hatchway.store.db import Database
 from hatchway.store.orgs import OrgStore
 from hatchway.vault import Vault, load_master_key, rotate_master_key
+from hatchway.vault.rotation import current_and_new_keys
 
 T = TypeVar("T")
 
@@ -48,6 +51,17 @@ async def _with_vault(config: Path, action: Callable[[Vault, OrgStore], Awaitabl
         return await action(vault, OrgStore(vault.db))
     finally:
         await vault.db.close()
+
+
+async def _audit(
+    vault: Vault, config: Path, org_id: str, action: str, target: str, detail: dict[str, Any]
+) -> None:
+    """A change made here, in the organisation's audit trail (by ``cli:<user>``, as ``keys`` records)."""
+    trail = AuditTrail(vault.db, vault.master_key, settings_from(config).audit)
+    actor = cli_actor()
+    await trail.record(
+        AuditEvent(org_id=org_id, actor=actor.name, action=action, target=target, detail=detail)
+    )
 
 
 def read_value() -> str:
@@ -85,6 +99,8 @@ def secrets_set(
     async def action(vault: Vault, orgs: OrgStore) -> bool:
         org_row = await orgs.get_org(org)
         _, created = await vault.put(org_row.id, name, value, allowed_host or [])
+        detail = {"created": created, "allowed_hosts": allowed_host or []}  # never the value
+        await _audit(vault, config, org_row.id, "secret.put", f"secret:{name}", detail)
         return created
 
     created = run_async(lambda: _with_vault(config, action))
@@ -119,7 +135,9 @@ def secrets_delete(
     """Delete a secret."""
 
     async def action(vault: Vault, orgs: OrgStore) -> None:
-        await vault.delete((await orgs.get_org(org)).id, name)
+        org_id = (await orgs.get_org(org)).id
+        await vault.delete(org_id, name)
+        await _audit(vault, config, org_id, "secret.delete", f"secret:{name}", {})
 
     run_async(lambda: _with_vault(config, action))
     console.print(f"deleted secret [bold]{name}[/] from {org}", highlight=False)
@@ -141,10 +159,22 @@ def vault_rotate(config: ConfigOption = DEFAULT_CONFIG) -> None:
     key_file = Path(settings.master_key_file)
 
     async def action(vault: Vault, _: OrgStore):  # type: ignore[no-untyped-def]
-        return await rotate_master_key(vault, key_file, os.environ)
+        current, new = current_and_new_keys(key_file, os.environ)  # the same pair the rotation uses
+        rotated = await rotate_master_key(vault, key_file, os.environ)
+        # The audit trail's signatures follow the key (audit/trail.py, AuditTrail.resign).
+        return rotated, await AuditTrail(vault.db, current, settings.audit).resign(new)
 
     with err_console.status("Re-wrapping every organisation's data key under a new master key…"):
-        result = run_async(lambda: _with_vault(config, action))
+        result, audit = run_async(lambda: _with_vault(config, action))
+    console.print(
+        f"re-signed {audit.resigned} audit head(s) and checkpoint(s) with the new key", highlight=False
+    )
+    for org_id in audit.refused:
+        err_console.print(
+            f"[bold red]warning:[/] the audit trail of {org_id} does not verify and was not re-signed: "
+            f"run `hatchway audit verify --org {org_id}`",
+            highlight=False,
+        )
     console.print(
         f"re-wrapped {result.rewrapped} data key(s): master key {result.old_key_id} → {result.new_key_id}",
         highlight=False,

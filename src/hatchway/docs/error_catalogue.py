@@ -35,12 +35,12 @@ MEANINGS: dict[str, str] = {
     "issuer or audience, expired, a bad signature, a missing scope, or inactive (docs/mcp-endpoints.md).",
     "forbidden": "Authenticated, but this key may not do that.",
     "insufficient_role": "The key's (or signed-in person's) role is not granted this route, model or MCP "
-    "endpoint; the message names the role needed (docs/access.md, \"Roles\").",
+    'endpoint; the message names the role needed (docs/access.md, "Roles").',
     "expired_api_key": "The key is past its `expires_at`, or past the grace period of a rotation "
     "(`access.key_rotation_grace_seconds`).",
     "invalid_user_token": "The organisation requires verified end users and the user token "
     "(`X-Hatchway-User-Token`) is missing, expired, signed by an unpublished key, or for another issuer "
-    "or audience; the message says which (docs/access.md, \"Verified end users\").",
+    'or audience; the message says which (docs/access.md, "Verified end users").',
     "end_user_mismatch": "`X-On-Behalf-Of` names another end user than the verified user token's subject.",
     "end_user_not_verified": "`X-On-Behalf-Of` was sent without a user token to an organisation that "
     "accepts only verified end users.",

@@ -3,6 +3,7 @@
 
 import { api, ApiError, forgetPerson, loadPerson, session, signOutPerson, ssoOffered } from "./api.js";
 import { h, render } from "./dom.js";
+import { showAudit } from "./pages/audit.js";
 import { showConnections } from "./pages/connections.js";
 import { showKeys } from "./pages/keys.js";
 import { showMcpEndpoints, showMcpServers } from "./pages/mcp.js";
@@ -20,6 +21,7 @@ const routes = [
   [/^#\/operations$/, "operations", showOperations],
   [/^#\/secrets$/, "secrets", showSecrets],
   [/^#\/keys$/, "keys", showKeys],
+  [/^#\/audit$/, "audit", showAudit],
   [/^#\/mcp$/, "mcp", showMcpServers],
   [/^#\/mcp-endpoints$/, "mcp-endpoints", showMcpEndpoints],
   [/^#\/connections$/, "connections", showConnections],
