@@ -131,7 +131,8 @@ def test_rotating_the_master_key_keeps_every_secret_readable(cli: Cli, secret_sc
     # every organisation's audit trail (its creation, its secrets) is signed again with the new key
     assert "re-signed 2 audit head(s)" in rotated.stdout
     verified = cli("audit", "verify")
-    assert verified.returncode == 0 and "not checked" not in verified.stdout + verified.stderr, verified.stdout
+    shown = verified.stdout + verified.stderr
+    assert verified.returncode == 0 and "not checked" not in shown, shown
     assert "0 signatures checked" not in verified.stdout, verified.stdout
     assert cli.key_file.read_text() != old_key
     backup = cli.key_file.with_name("master.key.old")
