@@ -3,6 +3,7 @@ end user it acts for when that user is proven (foundation: imported by anyone)."
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -43,6 +44,9 @@ class Principal:
     ``X-On-Behalf-Of``, is the end user everywhere."""
     subject: str | None = None
     """A person signed in with SSO (the ID token's ``sub``), when not a key."""
+    verified_end_users: bool = False
+    """The organisation accepts only verified end users: ``end_user`` (or none) is the end user, and
+    ``X-On-Behalf-Of`` is never read (``end_user_of``)."""
 
     @property
     def actor(self) -> str:
@@ -50,3 +54,11 @@ class Principal:
         if self.subject is not None:
             return f"sso:{self.subject}"
         return f"key:{self.key_id}" if self.key_id else "system"
+
+
+def end_user_of(principal: Principal, headers: Mapping[str, str]) -> str | None:
+    """The end user a request acts for: the verified one where the organisation requires proof (the
+    app's ``X-On-Behalf-Of`` is then never taken), else the app's ``X-On-Behalf-Of``."""
+    if principal.verified_end_users or principal.end_user is not None:
+        return principal.end_user
+    return headers.get("x-on-behalf-of") or None

@@ -124,6 +124,7 @@ class EndUsers:
         if verifier is None:
             return principal
         asserted = headers.get("x-on-behalf-of") or None
+        principal = replace(principal, verified_end_users=True)
         if verifier.header not in headers and principal.role is not Role.APP:
             if asserted is not None:
                 raise PermissionDenied(

@@ -4,12 +4,12 @@ verified end user, in that order, for every entry point (``api/auth.py`` and the
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 from hatchway.access.end_users import EndUsers
 from hatchway.access.people import People, SessionCredentials
 from hatchway.access.roles import check_route
-from hatchway.errors import InsufficientRole
+from hatchway.errors import InsufficientRole, InvalidRequest
 from hatchway.principal import Principal
 from hatchway.store.orgs import OrgStore
 
@@ -24,6 +24,22 @@ DENIAL_RECORD_ENTRIES = 10_000
 
 
 MAX_REQUEST_ID_CHARS = 128
+IDENTITY_HEADERS = frozenset({b"authorization", b"x-api-key", b"x-on-behalf-of", b"x-hatchway-user-token"})
+"""Headers that say who calls or for whom: each at most once. Repeated, one reader (Starlette's
+``Headers.get``) takes the first and another (a dict of the headers) the last, so a request could be
+admitted as one end user and run as another."""
+
+
+def refuse_repeated_identity(raw: Iterable[tuple[bytes, bytes]]) -> None:
+    """InvalidRequest (400) when a request repeats a header of ``IDENTITY_HEADERS``."""
+    seen: set[bytes] = set()
+    for name, _ in raw:
+        lowered = name.lower()
+        if lowered in IDENTITY_HEADERS:
+            if lowered in seen:
+                header = lowered.decode()
+                raise InvalidRequest(f"{header}: sent more than once; send it once", param=header)
+            seen.add(lowered)
 
 
 def request_id_of(headers: Mapping[str, str]) -> str | None:
@@ -105,7 +121,7 @@ class Gatekeeper:
         if self.on_denied is None:
             return
         now = time.monotonic()
-        key = (principal.key_id or principal.subject, target)
+        key = (principal.key_id or principal.subject, target.partition(" ")[2])  # the route, any method
         if self._denials.get(key, 0.0) > now:
             return
         if len(self._denials) > DENIAL_RECORD_ENTRIES:

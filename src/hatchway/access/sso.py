@@ -137,13 +137,13 @@ class SignIn:
         )
         async with self.db.session() as s:
             await s.execute(delete(SsoLoginRow).where(SsoLoginRow.expires_at < now))
-            pending = await s.scalar(select(func.count()).select_from(SsoLoginRow))
-            if (pending or 0) >= self.settings.max_pending_logins:
-                raise ProviderUnavailable(
-                    "Too many sign-ins are under way; try again in a few minutes "
-                    "(access.sso.max_pending_logins).",
-                    code="sso_busy",
-                )
+            pending = (await s.scalar(select(func.count()).select_from(SsoLoginRow))) or 0
+            if pending >= self.settings.max_pending_logins:
+                # The oldest sign-ins under way make room: refusing new ones instead would let anyone
+                # who starts max_pending_logins sign-ins lock every person out for login_seconds.
+                oldest = select(SsoLoginRow.state_hash).order_by(SsoLoginRow.expires_at)
+                room = oldest.limit(pending - self.settings.max_pending_logins + 1).scalar_subquery()
+                await s.execute(delete(SsoLoginRow).where(SsoLoginRow.state_hash.in_(room)))
             s.add(row)
         async with await self._client(metadata) as client:
             url, _ = client.create_authorization_url(

@@ -3,14 +3,14 @@ act in) decides the organisation and what may be done."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from fastapi import Request
 from starlette.requests import HTTPConnection
 
 from hatchway.access.administration import Actor
-from hatchway.access.gatekeeper import request_id_of
+from hatchway.access.gatekeeper import refuse_repeated_identity, request_id_of
 from hatchway.access.people import SessionCredentials
 from hatchway.access.roles import WEBSOCKET
 from hatchway.api.session_cookie import SESSION_COOKIE, read_cookie
@@ -42,6 +42,7 @@ async def authenticate(request: Request) -> Principal:
     Without a key, the person of the SSO session cookie (over plain HTTP only: a cookie would open the
     WebSocket to any page the browser visits, so it takes keys alone).
     """
+    refuse_repeated_identity(request.scope["headers"])
     method, route = route_of(request)
     gw = gateway_of(request)
     bearer = bearer_token(request.headers.get("authorization", ""))
@@ -69,10 +70,17 @@ def session_credentials(request: HTTPConnection, gw: Gateway) -> SessionCredenti
 
 
 async def admit(
-    gw: Gateway, headers: Mapping[str, str], method: str, route: str, source: str | None
+    gw: Gateway,
+    scope_headers: Iterable[tuple[bytes, bytes]],
+    headers: Mapping[str, str],
+    method: str,
+    route: str,
+    source: str | None,
 ) -> Principal:
-    """The principal behind ``headers`` (lower-cased names), allowed ``method route``: keys only (the
-    hot inference routes and the MCP endpoints are called by programs, never by a signed-in page)."""
+    """The principal behind ``headers`` (lower-cased names; ``scope_headers`` as received), allowed
+    ``method route``: keys only (the hot inference routes and the MCP endpoints are called by
+    programs, never by a signed-in page)."""
+    refuse_repeated_identity(scope_headers)
     bearer = bearer_token(headers.get("authorization", ""))
     return await gw.access.admit(bearer, headers, method, route, source=source)
 

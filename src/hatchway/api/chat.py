@@ -103,7 +103,7 @@ class ChatCompletionsApp:
             raise StarletteHTTPException(405, "Method Not Allowed", headers={"allow": "POST"})
         gw = self.gw
         headers = header_dict(scope["headers"])
-        principal = await admit(gw, headers, "POST", self.path, source_of(scope))
+        principal = await admit(gw, scope["headers"], headers, "POST", self.path, source_of(scope))
         ctx = RunContext.from_headers(
             principal,
             headers,

@@ -25,7 +25,7 @@ from hatchway.credentials.grants import CLIENT_METADATA_PATH, CONNECT_PATH
 from hatchway.credentials.store import OAuthConsentRow
 from hatchway.engine.context import RunContext
 from hatchway.errors import HatchwayError, InvalidRequest, NotFound
-from hatchway.principal import Principal
+from hatchway.principal import Principal, end_user_of
 
 logger = logging.getLogger(__name__)
 router = APIRouter()
@@ -131,7 +131,7 @@ async def client_metadata(request: Request) -> Response:
 
 
 def _end_user(request: Request, principal: Principal) -> str:
-    user = principal.end_user or request.headers.get("x-on-behalf-of")
+    user = end_user_of(principal, request.headers)
     if not user:
         raise InvalidRequest(
             "X-On-Behalf-Of: required; connections belong to an end user", param="X-On-Behalf-Of"
@@ -149,7 +149,7 @@ async def list_connections(
     if narrows_to_end_user(principal):
         user: str | None = _end_user(request, principal)
     else:
-        user = principal.end_user or request.headers.get("x-on-behalf-of") or None
+        user = end_user_of(principal, request.headers)
     found = await gateway_of(request).user_grants.connections(principal.org_id, user)
     payload = {"object": "list", "data": [c.to_dict() for c in found]}
     return Response(orjson.dumps(payload), media_type="application/json")

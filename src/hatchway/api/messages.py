@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from hatchway.access.gatekeeper import refuse_repeated_identity
 from hatchway.api.auth import bearer_token, source_of
 from hatchway.api.chat import chain, prefetch, read_body, run_headers
 from hatchway.api.context import admit_run, header_dict
@@ -67,6 +68,7 @@ class MessagesApp:
         if scope["method"] != "POST":
             raise StarletteHTTPException(405, "Method Not Allowed", headers={"allow": "POST"})
         headers = header_dict(scope["headers"])
+        refuse_repeated_identity(scope["headers"])
         principal = await self.gw.access.admit(
             _api_key(headers), headers, "POST", self.path, source=source_of(scope)
         )

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.responses import Response
 
+from hatchway.access.roles import check_model
 from hatchway.api.auth import authenticate, gateway_of
 from hatchway.api.context import admit_run, run_context
 from hatchway.api.errors import parse_json_body, validate_body
@@ -69,6 +70,7 @@ async def compact_response(
         raw = await request.body()
         body = validate_body(CompactRequest, parse_json_body(raw))
         scope.model = body.model
+        check_model(principal, body.model)  # the summariser is a model call like any other
         await admit_run(scope, body.model, None, len(raw))
         org_id = principal.org_id
         history, _ = await stored_conversation(gw.responses.store, org_id, body.previous_response_id)

@@ -37,6 +37,8 @@ REMEMBERED_RESPONSES = 4
 """How many of its latest responses a socket keeps for ``previous_response_id`` continuation."""
 _TRANSPORT_FIELDS = ("stream", "stream_options")
 UNSUPPORTED_DATA = 1003
+POLICY_VIOLATION = 1008
+"""The close code of a connection whose key or role no longer admits it (RFC 6455 §7.4.1)."""
 """The close code for a binary frame (RFC 6455 §7.4.1)."""
 
 
@@ -59,7 +61,7 @@ async def _deny(websocket: WebSocket, exc: HatchwayError) -> None:
             Response(orjson.dumps(exc.to_body()), status_code=exc.status_code, media_type="application/json")
         )
     else:
-        await websocket.close(code=1008, reason=exc.message[:120])
+        await websocket.close(code=POLICY_VIOLATION, reason=exc.message[:120])
 
 
 class SocketSession:
@@ -118,6 +120,14 @@ class SocketSession:
         does: the client must start again from a state it knows to be good.
         """
         self._continued = None
+        try:
+            # Admitted again for each turn (the key lookup is cached): a key revoked, expired or
+            # narrowed since the handshake, or a user token past its expiry, counts from its next turn.
+            self.principal = await authenticate(cast(Request, self.websocket))
+        except HatchwayError as exc:
+            await self._send(socket_error(exc))
+            await self.websocket.close(code=POLICY_VIOLATION, reason=exc.message[:120])
+            return
         try:
             started, history = await self._start(text)
         except HatchwayError as exc:

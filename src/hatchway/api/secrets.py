@@ -55,7 +55,7 @@ async def put_secret(
     info, created = await gateway_of(request).vault.put(
         principal.org_id, name, body.value, body.allowed_hosts
     )
-    detail = {"created": created, "allowed_hosts": body.allowed_hosts}  # never the value
+    detail = {"created": created, "allowed_hosts": info.allowed_hosts}  # as stored; never the value
     await audit(request, principal, "secret.put", f"secret:{name}", detail)
     return _json(info.to_dict(), 201 if created else 200)
 

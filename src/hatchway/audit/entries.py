@@ -132,8 +132,9 @@ def check_detail(event: AuditEvent) -> dict[str, Any]:
     """The event's detail as it will be stored and hashed (JSON values only, each backend's text).
 
     Raises:
-        InternalError: the detail has a credential-like key, is too large, or the outcome is unknown:
-            a bug of the caller, which must not record it.
+        InternalError: the detail has a credential-like key or the outcome is unknown: a bug of the
+            caller, which must not record it. A detail over ``MAX_DETAIL_BYTES`` is replaced by
+            ``{"truncated": true, "detail_bytes": n}``.
     """
     if event.outcome not in OUTCOMES:
         raise InternalError(f"audit event {event.action}: outcome must be one of {', '.join(OUTCOMES)}")
@@ -145,5 +146,6 @@ def check_detail(event: AuditEvent) -> dict[str, Any]:
     # Through JSON and back: what the database returns is exactly what was hashed.
     text = json.dumps(clean_json(dict(event.detail)), ensure_ascii=False, allow_nan=False)
     if len(text.encode()) > MAX_DETAIL_BYTES:
-        raise InternalError(f"audit event {event.action}: detail is over {MAX_DETAIL_BYTES} bytes")
+        # Cut, not refused: a change too big to describe is still recorded (its action and target).
+        return {"truncated": True, "detail_bytes": len(text.encode())}
     return json.loads(text)

@@ -91,6 +91,10 @@ def _signed_record(kind: str, row: AuditHead | AuditCheckpoint) -> dict[str, Any
     return {"type": kind, **record, "key_id": row.key_id, "signature": row.signature}
 
 
+LOST_HEAD = "lost"
+"""The ``key_id`` of a head that was found removed: never signed again, so ``verify`` fails for good."""
+
+
 @dataclass(frozen=True, slots=True)
 class ResignResult:
     """What ``AuditTrail.resign`` did: signatures made again, organisations left (their chain broke)."""
@@ -141,7 +145,7 @@ class AuditTrail:
 
     async def _append(self, event: AuditEvent, detail: dict[str, Any], signer: Signer) -> AuditEntry:
         async with self.db.session() as s:
-            seq, prev = await self._lock_head(s, event.org_id, signer)
+            seq, prev, lost = await self._lock_head(s, event.org_id, signer)
             entry = AuditEntry(
                 org_id=event.org_id,
                 seq=seq + 1,
@@ -153,11 +157,12 @@ class AuditTrail:
                 **_fitted(event),
             )
             entry = replace(entry, hash=entry_hash(entry.to_dict()))
-            await self._write(s, entry, signer)
+            await self._write(s, entry, None if lost else signer)
         return entry
 
-    async def _lock_head(self, s: AsyncSession, org_id: str, signer: Signer) -> tuple[int, str]:
-        """The organisation's head (seq, hash), made if missing and held until the transaction ends."""
+    async def _lock_head(self, s: AsyncSession, org_id: str, signer: Signer) -> tuple[int, str, bool]:
+        """The organisation's head (seq, hash, lost), made if missing and held until the transaction
+        ends. ``lost``: the head was once removed by hand (see ``_after_lost_head``)."""
         genesis = genesis_hash(org_id)
         # The first statement writes: on SQLite it takes the write lock before anything is read.
         await s.execute(
@@ -172,16 +177,23 @@ class AuditTrail:
             .on_conflict_do_nothing(index_elements=["org_id"])
         )
         head = await s.execute(
-            select(AuditHead.seq, AuditHead.hash).where(AuditHead.org_id == org_id).with_for_update()
+            select(AuditHead.seq, AuditHead.hash, AuditHead.key_id)
+            .where(AuditHead.org_id == org_id)
+            .with_for_update()
         )
-        seq, prev = head.one()
-        if seq == 0:
-            return await self._after_lost_head(s, org_id) or (seq, prev)
-        return seq, prev
+        seq, prev, key_id = head.one()
+        if seq == 0 and (latest := await self._after_lost_head(s, org_id)) is not None:
+            return (*latest, True)
+        return seq, prev, key_id == LOST_HEAD
 
-    async def _write(self, s: AsyncSession, entry: AuditEntry, signer: Signer) -> None:
-        """The entry, the head moved onto it and signed, and a checkpoint when one is due."""
+    async def _write(self, s: AsyncSession, entry: AuditEntry, signer: Signer | None) -> None:
+        """The entry, the head moved onto it and signed, and a checkpoint when one is due. Without a
+        signer (a chain whose head was lost) the head moves on unsigned, marked ``LOST_HEAD`` for good."""
         s.add(AuditEntryRow(**{**entry.to_dict(), "at": entry.at}))
+        if signer is None:
+            lost = {"seq": entry.seq, "hash": entry.hash, "key_id": LOST_HEAD, "signature": ""}
+            await s.execute(update(AuditHead).where(AuditHead.org_id == entry.org_id).values(**lost))
+            return
         signature = signer.sign(entry.org_id, entry.seq, entry.hash)
         signed = {"seq": entry.seq, "hash": entry.hash, "key_id": signer.key_id, "signature": signature}
         await s.execute(update(AuditHead).where(AuditHead.org_id == entry.org_id).values(**signed))
@@ -190,7 +202,8 @@ class AuditTrail:
 
     async def _after_lost_head(self, s: AsyncSession, org_id: str) -> tuple[int, str] | None:
         """The latest entry when the head row was gone though entries exist (deleted by hand): the
-        chain goes on from it rather than every later append failing on a taken seq."""
+        chain goes on from it rather than every later append failing on a taken seq, but is never
+        signed again (``LOST_HEAD``): signing now would bless whatever was done to its tail."""
         latest = await s.execute(
             select(AuditEntryRow.seq, AuditEntryRow.hash)
             .where(AuditEntryRow.org_id == org_id)

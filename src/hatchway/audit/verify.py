@@ -12,9 +12,10 @@ breaks, as the seq of the first entry that is not what was written:
 - ``head_missing``: entries without the head that signs where they end;
 - ``bad_signature``: a head or checkpoint whose signature is not the master key's.
 
-A head or checkpoint signed with another master key (one rotated away) cannot be checked with this
-one: it is listed in ``not_checkable``, not reported as forged. Without a master key no signature is
-checked, and a truncated tail is then caught only if the head was left as it was.
+A head or checkpoint signed under another master key id is a break (``bad_signature``): a rotation
+signs every head and checkpoint again (``AuditTrail.resign``), so only a forged or lost head has one.
+Without a master key no signature is checked, and a truncated tail is then caught only if the head
+was left as it was.
 """
 
 from __future__ import annotations
@@ -252,6 +253,11 @@ class ChainVerifier:
             seq = int(record["seq"])
             verdict = self._signature(record)
             checked += verdict is True
+            if verdict is None and self.signer is not None:
+                # Signed under a key id this master key is not: a rotation re-signs every head and
+                # checkpoint (AuditTrail.resign), so this is a head that was lost or a forged one.
+                found.append(_unverifiable(kind, seq, str(record["key_id"])))
+                continue
             if verdict is None:
                 unchecked[kind, str(record["key_id"])] += 1
             if verdict is False:
@@ -279,6 +285,17 @@ class ChainVerifier:
             by = f"master key {key_id}" if self.signer else "the master key (not given)"
             notes.append(f"{count} {kind}{'s' if count > 1 else ''} signed with {by}: not checked")
         return (min(found, key=lambda b: b.seq) if found else None), checked
+
+
+def _unverifiable(kind: str, seq: int, key_id: str) -> ChainBreak:
+    if key_id == "lost":  # audit/trail.py LOST_HEAD
+        return ChainBreak(seq, "head_missing", "the signed head was removed; the entries since are unsigned")
+    return ChainBreak(
+        seq,
+        "bad_signature",
+        f"the {kind} at {seq} is signed with master key {key_id}, not this one (forged, or a rotation "
+        "that did not sign the trail again)",
+    )
 
 
 def verify_entries(

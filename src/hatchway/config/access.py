@@ -92,8 +92,8 @@ class SsoSettings(StrictModel):
     timeout_seconds: Annotated[float, Field(gt=0, le=120)] = 10.0
     """Each call to the provider (discovery, keys, token, userinfo)."""
     max_pending_logins: Annotated[int, Field(ge=10, le=1_000_000)] = 10_000
-    """Sign-ins started and not yet finished, across replicas; past this ``/ui/login`` answers 503
-    until some expire (``login_seconds``): a flood of started sign-ins cannot fill the database."""
+    """Sign-ins started and not yet finished, across replicas; past this the oldest make room for
+    new ones: a flood of started sign-ins can neither fill the database nor lock people out."""
 
     @model_validator(mode="after")
     def _openid(self) -> SsoSettings:

@@ -102,8 +102,6 @@ MEANINGS: dict[str, str] = {
     "retry after the `retry-after` seconds.",
     "sso_provider_unavailable": "The SSO identity provider could not be reached, its discovery document "
     "names another issuer than `access.sso.issuer`, or the client secret is not set.",
-    "sso_busy": "`access.sso.max_pending_logins` sign-ins are under way; retry when some finish or expire "
-    "(`login_seconds`).",
     "internal_error": "A bug in the gateway. The response (or stored response) says only this; the "
     "gateway's log has the details.",
     "upstream_error": "The upstream model provider failed.",

@@ -17,7 +17,7 @@ from hatchway.engine.items import Usage
 from hatchway.engine.run_log import ListToolsStep, ReportedStep, SideCallStep
 from hatchway.errors import InvalidRequest
 from hatchway.observability.log_redaction import SECRETS
-from hatchway.principal import Principal
+from hatchway.principal import Principal, end_user_of
 from hatchway.redaction import Redactor
 
 MAX_ON_BEHALF_OF = 256
@@ -367,7 +367,7 @@ class RunContext:
         redacts them too."""
         # A verified end user (access/end_users.py, which refused any other X-On-Behalf-Of) is the
         # end user; otherwise the app's word.
-        on_behalf_of = principal.end_user or headers.get("x-on-behalf-of") or None
+        on_behalf_of = end_user_of(principal, headers)
         if on_behalf_of is not None and len(on_behalf_of) > MAX_ON_BEHALF_OF:
             raise InvalidRequest(
                 f"X-On-Behalf-Of: at most {MAX_ON_BEHALF_OF} characters (got {len(on_behalf_of)})",

@@ -129,10 +129,12 @@ class Background:
         assert ctx.response_id is not None
         # Credentials of the caller (the Hatchway key, cookies) and framing headers are never kept.
         headers = {k: v for k, v in ctx.request_headers.items() if k not in NEVER_FORWARDED}
-        if ctx.principal.end_user is not None:
-            # The worker that runs it does not verify the user token again (it may have expired by
-            # then): the end user it proved travels sealed, as the run's X-On-Behalf-Of.
-            headers["x-on-behalf-of"] = ctx.principal.end_user
+        # The end user this request was admitted for travels sealed as the run's X-On-Behalf-Of (the
+        # worker does not verify a user token again: it may have expired by then), never a header
+        # the request carried besides it.
+        headers.pop("x-on-behalf-of", None)
+        if ctx.on_behalf_of is not None:
+            headers["x-on-behalf-of"] = ctx.on_behalf_of
         sealed = await self.vault.seal_blob(
             ctx.org_id, orjson.dumps(headers), purpose=headers_purpose(ctx.response_id)
         )

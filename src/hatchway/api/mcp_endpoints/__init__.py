@@ -31,10 +31,12 @@ from urllib.parse import urlsplit
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp_types import INTERNAL_ERROR
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
+from hatchway.access.gatekeeper import refuse_repeated_identity
 from hatchway.access.roles import check_endpoint
 from hatchway.api.auth import bearer_token, source_of
 from hatchway.api.errors import error_response
@@ -63,6 +65,10 @@ PREFIX = "/mcp/"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 MAX_SESSIONS_PER_ORG = 100
 """2025-11-25 sessions one organisation may hold open on one endpoint (of its ``MAX_SESSIONS``)."""
+
+
+MCP_METHODS = ("GET", "POST", "DELETE")
+"""Streamable HTTP's methods: the stream, the messages, the session's end."""
 
 
 class McpEndpoints:
@@ -123,6 +129,10 @@ class McpEndpoints:
         if refused is not None:
             await refused(scope, receive, send)
             return
+        if scope["method"] not in MCP_METHODS:
+            # Before the key is looked at: a method no route takes is the caller's mistake, not a
+            # role's refusal (each of which the audit trail would record).
+            raise StarletteHTTPException(405, "Method Not Allowed", headers={"allow": ", ".join(MCP_METHODS)})
         name = scope["path"][len(PREFIX) :].strip("/")
         endpoint = self.endpoints.get(name)
         try:
@@ -185,6 +195,7 @@ class McpEndpoints:
     async def _authenticate(self, scope: Scope, endpoint: Endpoint | None) -> tuple[Principal, str | None]:
         """The principal and the end user: a Hatchway key (``X-On-Behalf-Of`` names the end user), or
         on an OAuth endpoint an access token (its subject is the end user)."""
+        refuse_repeated_identity(scope["headers"])
         headers = _headers(scope)
         token = bearer_token(headers.get("authorization", ""))
         resource = self.resource_servers.get(endpoint.config.name) if endpoint is not None else None
