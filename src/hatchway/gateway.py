@@ -103,7 +103,7 @@ class Gateway:
         self.settings = settings
         self.db = Database(settings.database_url)
         self.cache: Cache = cache or make_cache(settings)
-        self.orgs = OrgStore(self.db)
+        self.orgs = OrgStore(self.db, cache_seconds=settings.access.key_cache_seconds)
         self.logs = RequestLogStore(self.db)
         self.usage = UsageStore(self.db)
         """Sums of the request log: requests, tokens and spend by key, end user, agent, model."""

@@ -161,3 +161,19 @@ def test_connections_are_the_verified_users(stack: Stack) -> None:
     assert gone.status_code == 404 and "for this user" in gone.json()["error"]["message"]
     # an app key must name its end user to list connections; with verified users, by its token
     assert stack.call("GET", "/v1/connections", {}).status_code == 401
+
+
+def test_the_organisations_settings_say_its_end_users_are_verified(stack: Stack) -> None:
+    """``GET /v1/admin/orgs/{org}/settings``: what hatchway.yaml sets for it, to an admin only."""
+    answer = stack.call("GET", "/v1/admin/orgs/verified/settings", {}, key=stack.admin_key)
+    assert answer.status_code == 200, answer.text
+    settings = answer.json()
+    assert settings["verified_end_users"] == {
+        "issuer": ISSUER,
+        "audience": AUDIENCE,
+        "header": HEADER,
+        "subject_claim": "sub",
+    }
+    assert settings["key_rotation_grace_seconds"] == 86_400
+    refused = stack.call("GET", "/v1/admin/orgs/verified/settings", {HEADER: stack.token("ana")})
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "insufficient_role"

@@ -131,8 +131,9 @@ def test_rotation_keeps_the_old_key_through_its_grace_period_only(gateway_factor
 def test_revocation_and_a_role_change_reach_another_replica_within_the_cache_ttl(
     gateway_factory: Any,
 ) -> None:
-    a: RunningGateway = gateway_factory()
-    b: RunningGateway = gateway_factory(database_url=a.settings.database_url)
+    # b trusts a key it looked up for 1 s (access.key_cache_seconds; 10 by default): the bound waited for
+    a: RunningGateway = gateway_factory(access={"key_cache_seconds": 1})
+    b: RunningGateway = gateway_factory(database_url=a.settings.database_url, access={"key_cache_seconds": 1})
     assert a.org is not None  # b serves the same database (with an organisation of its own)
     key = _mint(a, name="shared", role="admin")
     assert _http(b, key["key"], "GET", "/v1/secrets").status_code == 200  # cached on b now

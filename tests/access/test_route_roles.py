@@ -115,6 +115,7 @@ MATRIX = [
         "PUT", "/v1/admin/orgs/{org}/limits", NONE_BUT_PLATFORM, body={"values": {"requests_per_minute": 600}}
     ),
     Call("DELETE", "/v1/admin/orgs/{org}/limits", NONE_BUT_PLATFORM),
+    Call("GET", "/v1/admin/orgs/{org}/settings", ADMINS),
     Call("GET", "/v1/admin/orgs/{org}/audit", ADMINS),
 ]
 

@@ -65,9 +65,7 @@ async def test_a_cached_key_is_not_hashed_again_and_the_cache_holds_neither_key_
         await store.authenticate(plaintext[:-1] + ("A" if plaintext[-1] != "A" else "B"))
 
 
-async def test_requests_that_miss_the_key_cache_together_share_one_lookup(
-    db: Database, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_requests_that_miss_the_key_cache_together_share_one_lookup(db: Database) -> None:
     """When a busy key's cache entry expires, every request in flight misses at once: one query
     answers them all (each taking a connection drained the pool), and one caller going away does
     not fail the others."""
@@ -84,7 +82,7 @@ async def test_requests_that_miss_the_key_cache_together_share_one_lookup(
 
     event.listen(db.engine.sync_engine, "before_cursor_execute", count)
     try:
-        monkeypatch.setattr("hatchway.store.orgs._AUTH_CACHE_SECONDS", -1.0)  # every entry expired
+        store.cache_seconds = -1.0  # every entry expired
         for bearer, ok in ((plaintext, True), (plaintext + "x", False)):
             lookups.clear()
             outcomes: list[object] = []

@@ -73,6 +73,7 @@ ROUTE_ROLES: dict[tuple[str, str], frozenset[Role]] = {
     ("GET", "/v1/admin/orgs/{org}/limits"): ADMIN,
     ("PUT", "/v1/admin/orgs/{org}/limits"): PLATFORM,
     ("DELETE", "/v1/admin/orgs/{org}/limits"): PLATFORM,
+    ("GET", "/v1/admin/orgs/{org}/settings"): ADMIN,
     ("GET", "/v1/admin/orgs/{org}/audit"): ADMIN,
 }
 """(method, path template) → the roles granted. A route missing here is refused to every key."""

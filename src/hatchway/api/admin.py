@@ -289,6 +289,49 @@ async def clear_limits(
     return _json({"object": "limits", "organization": found.id, "values": after})
 
 
+@router.get("/orgs/{org}/settings")
+async def get_settings(
+    request: Request, org: OrgRef, principal: Annotated[Principal, Depends(authenticate)]
+) -> Response:
+    """What hatchway.yaml sets for the organisation (read-only: those settings change with the file,
+    on every replica at its restart): verified end users, the SSO groups that grant roles in it, the
+    MCP endpoints its keys may use, and its limits in force."""
+    gw = gateway_of(request)
+    found = await _org(gw, principal, org)
+    names = {found.id, found.name}
+    access = gw.settings.access
+    end_users = next((e for e in access.end_users if names & set(e.organisations)), None)
+    mappings = access.sso.role_mappings if access.sso is not None else []
+    limits = overlaid(gw.settings.limits, await gw.limit_overrides.all())
+    values = limits.organisations.get(found.name) or limits.organisations.get(found.id)
+    return _json(
+        {
+            "object": "organization.settings",
+            "organization": found.id,
+            "verified_end_users": (
+                {
+                    "issuer": end_users.issuer,
+                    "audience": end_users.audience,
+                    "header": end_users.header,
+                    "subject_claim": end_users.subject_claim,
+                }
+                if end_users is not None
+                else None
+            ),
+            "sso_role_mappings": [
+                {"group": m.group, "role": m.role} for m in mappings if m.organisation in names
+            ],
+            "mcp_endpoints": [
+                e.name
+                for e in gw.settings.mcp_endpoints
+                if e.organisations is None or names & set(e.organisations)
+            ],
+            "limits": values.model_dump(exclude_none=True) if values else {},
+            "key_rotation_grace_seconds": access.key_rotation_grace_seconds,
+        }
+    )
+
+
 @router.get("/orgs/{org}/audit")
 async def read_audit(
     request: Request,

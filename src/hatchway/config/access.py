@@ -105,6 +105,10 @@ class SsoSettings(StrictModel):
 class AccessSettings(StrictModel):
     """Who may do what (docs/access.md)."""
 
+    key_cache_seconds: Annotated[float, Field(gt=0, le=300)] = 10.0
+    """How long a replica trusts a key it has looked up: a key revoked, expired, narrowed or given
+    another role elsewhere keeps its old powers on another replica for at most this long (the replica
+    that changed it forgets at once). Lower costs a database read per key that often."""
     key_rotation_grace_seconds: Annotated[float, Field(ge=0, le=30 * 86_400)] = 86_400.0
     """After ``keys rotate``, the old key keeps working this long (unless revoked)."""
     end_users: list[EndUserTokens] = Field(default_factory=list)

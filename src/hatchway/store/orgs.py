@@ -19,10 +19,10 @@ from hatchway.store.db import Database
 from hatchway.store.tables import ApiKey, Organization, utcnow
 
 KEY_PREFIX = "hw-"
-_AUTH_CACHE_SECONDS = 10.0
-"""A revoked key (or one whose role or restrictions changed) keeps its old powers on another replica
-for at most this long; the cache spares a DB read per request. The replica that made the change
-forgets its cache at once."""
+AUTH_CACHE_SECONDS = 10.0
+"""The default of ``access.key_cache_seconds``: a revoked key (or one whose role or restrictions
+changed) keeps its old powers on another replica for at most this long; the cache spares a DB read
+per request. The replica that made the change forgets its cache at once."""
 
 
 def hash_key(key: str) -> str:
@@ -48,8 +48,10 @@ def _cache_key(bearer: str) -> bytes:
 class OrgStore:
     """Creates organisations and keys; turns a bearer key into a Principal."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, cache_seconds: float = AUTH_CACHE_SECONDS) -> None:
         self.db = db
+        self.cache_seconds = cache_seconds
+        """How long a replica trusts a key it looked up (``access.key_cache_seconds``)."""
         self._auth_cache: dict[bytes, tuple[float, Principal]] = {}
         """``_cache_key(bearer)`` → (expiry, principal); a miss is looked up by ``hash_key``."""
         self._auth_lookups: dict[bytes, asyncio.Future[Principal]] = {}
@@ -232,7 +234,7 @@ class OrgStore:
         )
         if len(self._auth_cache) > 10_000:
             self._auth_cache.clear()
-        keep = _AUTH_CACHE_SECONDS
+        keep = self.cache_seconds
         if key.expires_at is not None:  # an expiring key is not served from the cache past its expiry
             keep = min(keep, (key.expires_at - now).total_seconds())
         self._auth_cache[cache_key] = (time.monotonic() + keep, principal)
