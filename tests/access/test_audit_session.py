@@ -55,6 +55,10 @@ def _session(a: RunningGateway, b: RunningGateway) -> list[str]:
         assert made.status_code == 201, made.text
         return made.json()["id"]
 
+    for replica in (a, b):
+        # Each app's first request builds FastAPI's routes from the route modules both apps share;
+        # two apps of one process (these threads) building them at once race (never in `serve`).
+        assert _http(replica, key, "GET", "/v1/admin/me").status_code == 200
     with ThreadPoolExecutor(8) as pool:  # appends from both replicas at once
         made = list(pool.map(make, range(12)))
     assert _http(a, key, "PUT", "/v1/secrets/stripe", json={"value": SECRET_VALUE}).status_code == 201

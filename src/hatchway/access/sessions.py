@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Boolean, Index, String, delete, update
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 
 from hatchway.config.access import SsoSettings
@@ -169,14 +170,19 @@ class SsoSessions:
             s.add(row)
         return value, _session(row)
 
-    async def find(self, value: str | None) -> Session | None:
-        """The live session ``value`` names; None when unknown, ended, expired or idle too long."""
+    async def _live_row(self, s: AsyncSession, value: str | None, now: datetime) -> SsoSessionRow | None:
+        """The row of the live session the cookie ``value`` names, in ``s``; None otherwise."""
         if not value or len(value) > MAX_COOKIE_CHARS:
             return None
+        row = await s.get(SsoSessionRow, session_hash(value))
+        return row if row is not None and self._live(row, now) else None
+
+    async def find(self, value: str | None) -> Session | None:
+        """The live session ``value`` names; None when unknown, ended, expired or idle too long."""
         now = self.clock()
         async with self.db.session() as s:
-            row = await s.get(SsoSessionRow, session_hash(value))
-            if row is None or not self._live(row, now):
+            row = await self._live_row(s, value, now)
+            if row is None:
                 return None
             if now - row.last_seen >= self.touch:
                 row.last_seen = now
@@ -184,12 +190,10 @@ class SsoSessions:
 
     async def end(self, value: str | None) -> Session | None:
         """End the session ``value`` names (sign-out); the session it was, or None if none was live."""
-        if not value or len(value) > MAX_COOKIE_CHARS:
-            return None
         now = self.clock()
         async with self.db.session() as s:
-            row = await s.get(SsoSessionRow, session_hash(value))
-            if row is None or not self._live(row, now):
+            row = await self._live_row(s, value, now)
+            if row is None:
                 return None
             ended = await s.execute(
                 update(SsoSessionRow)

@@ -18,7 +18,7 @@ from hatchway.access.gatekeeper import request_id_of
 from hatchway.access.roles import check_org
 from hatchway.api.auth import authenticate, gateway_of, source_of
 from hatchway.api.errors import parse_json_body, validate_body
-from hatchway.config.settings import LimitValues
+from hatchway.config.settings import LimitsSettings, LimitValues
 from hatchway.errors import InvalidRequest
 from hatchway.gateway import Gateway
 from hatchway.principal import Principal, Role
@@ -90,6 +90,12 @@ async def _org(gw: Gateway, principal: Principal, ref: str) -> Organization:
     org = await gw.orgs.get_org(ref)
     check_org(principal, org.id)
     return org
+
+
+def _org_limits(limits: LimitsSettings, org: Organization) -> dict[str, Any]:
+    """The organisation's own limits in ``limits`` (by name, else id; hatchway.yaml may use either)."""
+    values = limits.organisations.get(org.name) or limits.organisations.get(org.id)
+    return values.model_dump(exclude_none=True) if values else {}
 
 
 def _org_summary(org: Organization) -> dict[str, Any]:
@@ -249,12 +255,11 @@ async def get_limits(
     gw = gateway_of(request)
     found = await _org(gw, principal, org)
     limits = overlaid(gw.settings.limits, await gw.limit_overrides.all())
-    values = limits.organisations.get(found.name) or limits.organisations.get(found.id)
     return _json(
         {
             "object": "limits",
             "organization": found.id,
-            "values": values.model_dump(exclude_none=True) if values else {},
+            "values": _org_limits(limits, found),
             "defaults": limits.defaults.model_dump(exclude_none=True),
         }
     )
@@ -303,7 +308,6 @@ async def get_settings(
     end_users = next((e for e in access.end_users if names & set(e.organisations)), None)
     mappings = access.sso.role_mappings if access.sso is not None else []
     limits = overlaid(gw.settings.limits, await gw.limit_overrides.all())
-    values = limits.organisations.get(found.name) or limits.organisations.get(found.id)
     return _json(
         {
             "object": "organization.settings",
@@ -326,7 +330,7 @@ async def get_settings(
                 for e in gw.settings.mcp_endpoints
                 if e.organisations is None or names & set(e.organisations)
             ],
-            "limits": values.model_dump(exclude_none=True) if values else {},
+            "limits": _org_limits(limits, found),
             "key_rotation_grace_seconds": access.key_rotation_grace_seconds,
         }
     )

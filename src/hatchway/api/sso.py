@@ -23,7 +23,7 @@ from starlette.responses import RedirectResponse, Response
 from hatchway.access.administration import PLATFORM_TRAIL, Actor
 from hatchway.access.gatekeeper import request_id_of
 from hatchway.access.people import check_csrf
-from hatchway.access.sessions import Grants
+from hatchway.access.sessions import Grants, Session
 from hatchway.api.auth import gateway_of, source_of
 from hatchway.api.session_cookie import LOGIN_COOKIE, SESSION_COOKIE, clear_cookie, read_cookie, set_cookie
 from hatchway.api.ui import SECURITY_HEADERS
@@ -166,14 +166,20 @@ async def _finish(request: Request, gw: Gateway, state: str | None, code: str | 
     return response
 
 
+async def _signed_in(request: Request, gw: Gateway, refusal: str) -> tuple[str, Session]:
+    """The session cookie and the live session it names; SessionEnded (401, ``refusal``) otherwise."""
+    cookie = read_cookie(request, gw.settings, SESSION_COOKIE)
+    session = await gw.sessions.find(cookie) if gw.sessions is not None and cookie else None
+    if session is None or cookie is None:
+        raise SessionEnded(refusal)
+    return cookie, session
+
+
 @router.post("/ui/logout")
 async def logout(request: Request) -> Response:
     """End the session everywhere (the database row: every replica refuses it from now on)."""
     gw = gateway_of(request)
-    cookie = read_cookie(request, gw.settings, SESSION_COOKIE)
-    session = await gw.sessions.find(cookie) if gw.sessions is not None and cookie else None
-    if session is None:
-        raise SessionEnded("No signed-in session to end.")
+    cookie, session = await _signed_in(request, gw, "No signed-in session to end.")
     check_csrf(session, request.headers.get("x-csrf-token"))
     assert gw.sessions is not None
     ended = await gw.sessions.end(cookie)
@@ -188,10 +194,7 @@ async def logout(request: Request) -> Response:
 async def current_session(request: Request) -> Response:
     """Who is signed in, the organisations they may act in, and the CSRF token for their changes."""
     gw = gateway_of(request)
-    cookie = read_cookie(request, gw.settings, SESSION_COOKIE)
-    session = await gw.sessions.find(cookie) if gw.sessions is not None and cookie else None
-    if session is None:
-        raise SessionEnded("Not signed in.")
+    _, session = await _signed_in(request, gw, "Not signed in.")
     grants = session.grants
     organizations = [{"id": g.org_id, "name": g.name, "role": g.role.value} for g in grants.orgs]
     if grants.platform:  # an admin of every organisation: each is offered, as platform
