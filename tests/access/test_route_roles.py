@@ -9,9 +9,8 @@ fails the matrix.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,9 +21,10 @@ from starlette.routing import Route
 from hatchway.principal import Role
 from hatchway.store.db import Database
 from hatchway.store.orgs import OrgStore
-from tests.support.gateway import RunningGateway
+from tests.support.gateway import RunningGateway, base_config, write_config
 from tests.support.mcp_endpoints import calc_endpoint
 from tests.support.mcp_servers import McpTestServer
+from tests.support.scripted_llm import ScriptedLLM
 
 APP, VIEWER, ADMIN, PLATFORM = Role.APP, Role.VIEWER, Role.ADMIN, Role.PLATFORM
 EVERY = frozenset(Role)
@@ -167,12 +167,33 @@ def _make_keys(gateway: RunningGateway) -> Keys:
     return asyncio.run(create())
 
 
-@pytest.fixture
-def stack(
-    mcp_server_factory: Callable[..., McpTestServer], gateway_factory: Any, tmp_path: Path
-) -> Iterator[tuple[RunningGateway, Keys]]:
-    _, gateway = calc_endpoint(mcp_server_factory, gateway_factory, tmp_path)
-    yield gateway, _make_keys(gateway)
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningGateway, Keys]]:
+    """One gateway for the module (the ``calc`` endpoint at ``/mcp/tools``) and a key of each role:
+    the calls change nothing another test's expectations depend on."""
+    tmp = tmp_path_factory.mktemp("roles")
+    llm = ScriptedLLM().start()
+    servers: list[McpTestServer] = []
+    gateways: list[RunningGateway] = []
+
+    def mcp_server(name: str = "test", **options: Any) -> McpTestServer:
+        servers.append(McpTestServer(name, **options).with_standard_tools().start())
+        return servers[-1]
+
+    def gateway(database_url: str | None = None, **overrides: Any) -> RunningGateway:
+        path = write_config(tmp, base_config(tmp, llm.base_url, database_url, **overrides))
+        gateways.append(RunningGateway(path).start())
+        return gateways[-1]
+
+    try:
+        _, running = calc_endpoint(mcp_server, gateway, tmp)
+        yield running, _make_keys(running)
+    finally:
+        for started in gateways:
+            started.stop()
+        for server in servers:
+            server.stop()
+        llm.stop()
 
 
 def _call(gateway: RunningGateway, key: str, call: Call, org: str) -> httpx.Response:
