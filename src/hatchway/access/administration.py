@@ -176,11 +176,17 @@ class Administration:
         await self.record(actor, row.org_id, "key.create", f"key:{row.id}", detail=_key_detail(row))
         return row, plaintext
 
-    async def update_key(self, actor: Actor, org_id: str, key_id: str, changes: KeyChanges) -> ApiKey:
-        changes.check(actor)
+    async def _managed_key(self, actor: Actor, org_id: str, key_id: str, verb: str) -> ApiKey:
+        """The organisation's key ``key_id``, when ``actor`` may manage it: only a platform admin
+        ``verb`` (changes, rotates, revokes) a platform key."""
         current = await self.orgs.get_key(org_id, key_id)
         if Role(current.role) is Role.PLATFORM and actor.role is not Role.PLATFORM:
-            raise InsufficientRole("Only a platform admin changes a platform key.", param="key_id")
+            raise InsufficientRole(f"Only a platform admin {verb} a platform key.", param="key_id")
+        return current
+
+    async def update_key(self, actor: Actor, org_id: str, key_id: str, changes: KeyChanges) -> ApiKey:
+        changes.check(actor)
+        current = await self._managed_key(actor, org_id, key_id, "changes")
         values = changes.values()
         if not values:
             raise InvalidRequest("Nothing to change: give at least one field.")
@@ -189,9 +195,7 @@ class Administration:
         return row
 
     async def rotate_key(self, actor: Actor, org_id: str, key_id: str) -> tuple[ApiKey, str, ApiKey]:
-        current = await self.orgs.get_key(org_id, key_id)
-        if Role(current.role) is Role.PLATFORM and actor.role is not Role.PLATFORM:
-            raise InsufficientRole("Only a platform admin rotates a platform key.", param="key_id")
+        current = await self._managed_key(actor, org_id, key_id, "rotates")
         grace = self.settings.key_rotation_grace_seconds
         new, plaintext, old = await self.orgs.rotate_key(org_id, current.id, grace_seconds=grace)
         detail = {"new_key": new.id, "old_key_expires_at": _time(old.expires_at)}
@@ -199,9 +203,7 @@ class Administration:
         return new, plaintext, old
 
     async def revoke_key(self, actor: Actor, org_id: str, key_id: str) -> ApiKey:
-        current = await self.orgs.get_key(org_id, key_id)
-        if Role(current.role) is Role.PLATFORM and actor.role is not Role.PLATFORM:
-            raise InsufficientRole("Only a platform admin revokes a platform key.", param="key_id")
+        current = await self._managed_key(actor, org_id, key_id, "revokes")
         row = await self.orgs.revoke_key(org_id, current.id)
         await self.record(actor, org_id, "key.revoke", f"key:{row.id}")
         return row
