@@ -31,7 +31,9 @@ from hatchway.engine.tools.mcp.credentials import McpCredentials
 from hatchway.engine.tools.mcp.pinning import ToolPinning
 from hatchway.engine.tools.mcp.pool import McpServerPool, PoolBounds, keep_expiring
 from hatchway.engine.tools.mcp.questions import InputQuestions
+from hatchway.engine.tools.operations.approvals import ApprovalDesk
 from hatchway.engine.tools.operations.binding import OperationBinding
+from hatchway.engine.tools.operations.notifications import ApprovalNotifier
 from hatchway.engine.tools.operations.store import OperationStore
 from hatchway.errors import HatchwayError
 from hatchway.limits.limiter import Limiter
@@ -195,6 +197,8 @@ class Gateway:
         self.operations = OperationStore(
             self.db, lease_seconds=settings.operations.execution_lease_seconds, audit=self.audit
         )
+        self.approval_notifier = ApprovalNotifier(self.db, settings.operations.approvals, vault=self.vault)
+        """Signed notifications of approvals: the delivery log, sent by every replica's dispatcher."""
         # Plugin and agent tool files from hatchway.yaml are parsed here: a broken one stops the
         # start (ConfigError).
         self.questions = InputQuestions(self.db, self.vault, ttl_seconds=settings.oauth_consent_ttl_seconds)
@@ -213,12 +217,17 @@ class Gateway:
             models=self.models,
             pinning=self.tool_pinning,
         )
-        self.planner = Planner(
-            settings,
-            models=self.models,
-            plugins=plugins,
-            operations=OperationBinding(settings, self.operations),
+        operation_binding = OperationBinding(settings, self.operations)
+        self.planner = Planner(settings, models=self.models, plugins=plugins, operations=operation_binding)
+        self.approvals = ApprovalDesk(
+            self.operations,
+            caller_for=lambda op, ctx: self.planner.operation_caller(op.agent, ctx),
+            notifier=self.approval_notifier if settings.operations.approvals.webhooks else None,
+            org_names=self._org_name,
         )
+        """Approvals beyond the end user: decided by verified people, executed once (``approvals.py``)."""
+        for service in operation_binding.services.values():
+            service.on_approval_requested = self.approvals.announce_requested
         self.replica_id = f"replica_{uuid.uuid4().hex[:16]}"
         """Names this process as the owner of the responses it runs (see ``responses/store.py``)."""
         self.tasks = TaskRegistry()
@@ -259,6 +268,12 @@ class Gateway:
         usage = Usage(prompt_tokens=input_tokens, completion_tokens=output_tokens)
         return resolved.provider.estimate_cost(resolved.upstream_model, usage)
 
+    async def _org_name(self, org_id: str) -> str | None:
+        try:
+            return (await self.orgs.get_org(org_id)).name
+        except HatchwayError:
+            return None
+
     async def _limits_now(self) -> LimitsSettings:
         """hatchway.yaml's limits with ``hatchway limits set``'s laid over them."""
         return overlaid(self.settings.limits, await self.limit_overrides.all())
@@ -283,6 +298,12 @@ class Gateway:
         pool = self.settings.mcp_pool
         sweep = max(min(pool.idle_seconds_inline, pool.idle_seconds) / 4, 0.25)
         self.tasks.spawn("mcp:idle", keep_expiring(self.mcp_pool, sweep))
+        if self.settings.operations.approvals.webhooks:
+            self.tasks.spawn("approvals:notify", self.approval_notifier.run())
+        self.tasks.spawn(
+            "operations:approvals",
+            self.approvals.keep_expiring(self.settings.operations.approval_sweep_seconds),
+        )
         self.tasks.spawn(
             "logs:retention",
             keep_purging_logs(

@@ -47,6 +47,9 @@ class Principal:
     verified_end_users: bool = False
     """The organisation accepts only verified end users: ``end_user`` (or none) is the end user, and
     ``X-On-Behalf-Of`` is never read (``end_user_of``)."""
+    groups: tuple[str, ...] = ()
+    """The verified person's groups (an SSO session's ``groups_claim``, a verified user token's):
+    whom an approval routed to a group is offered to."""
 
     @property
     def actor(self) -> str:

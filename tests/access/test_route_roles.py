@@ -81,6 +81,10 @@ MATRIX = [
     Call("GET", "/v1/operations/{operation_id}", EVERY, url="/v1/operations/op_x"),
     Call("POST", "/v1/operations/{operation_id}/confirm", INFERENCE, url="/v1/operations/op_x/confirm"),
     Call("POST", "/v1/operations/{operation_id}/cancel", INFERENCE, url="/v1/operations/op_x/cancel"),
+    Call("GET", "/v1/approvals", EVERY),
+    Call("GET", "/v1/approvals/{operation_id}", EVERY, url="/v1/approvals/op_x"),
+    Call("POST", "/v1/approvals/{operation_id}/approve", INFERENCE, url="/v1/approvals/op_x/approve"),
+    Call("POST", "/v1/approvals/{operation_id}/reject", INFERENCE, url="/v1/approvals/op_x/reject"),
     Call("GET", "/v1/connections", EVERY),
     Call("DELETE", "/v1/connections/{server}", INFERENCE, url="/v1/connections/calc"),
     # the organisation's records

@@ -22,6 +22,8 @@ BODIES = {
     ("put", "/v1/secrets/{name}"),
     ("post", "/v1/operations/{operation_id}/confirm"),
     ("post", "/v1/tools/drift/{server}/approve"),
+    ("post", "/v1/approvals/{operation_id}/approve"),
+    ("post", "/v1/approvals/{operation_id}/reject"),
 }
 
 

@@ -119,3 +119,69 @@ def test_an_agent_with_tools_needs_its_plugin(tmp_path: Path) -> None:
     result = _serve(tmp_path, {"tools": str(EXAMPLE_AGENT / "tools.yaml")})
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert "agents[0].plugin: required with tools" in result.stderr
+
+
+def _approvals_agent(tmp_path: Path, approvals: list[dict[str, object]], **policy: object) -> Path:
+    agent = tmp_path / "refunds"
+    agent.mkdir()
+    tools = {
+        "tools": {"refund": {"mcp_server": "shop", "args_schema": {"amount": "number", "order": "string"}}}
+    }
+    entry = {"operation_type": "transactional", "approvals": approvals, **policy}
+    (agent / "tools.yaml").write_text(yaml.safe_dump(tools))
+    (agent / "tool_policies.yaml").write_text(yaml.safe_dump({"tool_policies": {"refund": entry}}))
+    return agent
+
+
+def test_approval_rules_are_summarised(tmp_path: Path) -> None:
+    rules = [
+        {
+            "name": "over_500",
+            "when": "arguments.amount > 500",
+            "approvers": {"group": "supervisors"},
+            "required": 2,
+        },
+        {"approvers": {"end_user": True}},
+    ]
+    result = run(str(_approvals_agent(tmp_path, rules)), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "approval=over_500(group supervisors x2)" in result.stdout
+    assert "approval=rule(the end user)" in result.stdout
+
+
+def test_every_broken_approval_rule_is_named_with_its_field_path(tmp_path: Path) -> None:
+    rules = [
+        {"when": "arguments.amount >", "approvers": {"group": "s"}},
+        {"when": "arguments.amont > 5", "approvers": {"group": "s"}},
+        {"when": "refund_total > 5", "approvers": {"group": "s"}},
+        {"when": "arguments.order > 5", "approvers": {"group": "s"}},
+        {"when": "arguments.amount", "approvers": {"group": "s"}},
+        {"approvers": {"group": "s"}, "notify": ["amount", "secret_field"]},
+    ]
+    result = run(str(_approvals_agent(tmp_path, rules)), cwd=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    where = "tool_policies.refund.approvals"
+    assert f"{where}[0].when: not a valid CEL expression" in result.stderr
+    assert (
+        f"{where}[1].when: 'amont' is not an argument of the tool's args_schema (known: amount, order)"
+        in (result.stderr)
+    )
+    assert f"{where}[2].when: Undefined variable or function: 'refund_total'" in result.stderr
+    assert f"{where}[3].when: does not type-check over the declared arguments" in result.stderr
+    assert f"{where}[4].when: must be true or false" in result.stderr
+    assert (
+        f"{where}[5].notify[1]: 'secret_field' is not an argument of tools.refund.args_schema"
+        in result.stderr
+    )
+
+
+def test_an_approval_rule_that_cannot_hold_is_refused_by_the_model(tmp_path: Path) -> None:
+    rules = [{"approvers": {"group": "s", "role": "admin"}, "on_timeout": "escalate"}]
+    result = run(str(_approvals_agent(tmp_path, rules)), cwd=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "give exactly one of group, role or end_user (got group, role)" in result.stderr
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    agent = _approvals_agent(read_only, [{"approvers": {"group": "s"}}], operation_type="read_only")
+    refused = run(str(agent), cwd=tmp_path)
+    assert "tool_policies.refund.approvals: only a transactional tool waits for approval" in refused.stderr

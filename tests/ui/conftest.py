@@ -15,7 +15,17 @@ import pytest
 
 from tests.support.browser import Dashboard, missing_browser
 
-DASHBOARD_PAGES = ("requests", "spend", "operations", "secrets", "mcp", "mcp-endpoints", "pins", "responses")
+DASHBOARD_PAGES = (
+    "requests",
+    "spend",
+    "operations",
+    "approvals",
+    "secrets",
+    "mcp",
+    "mcp-endpoints",
+    "pins",
+    "responses",
+)
 
 
 @pytest.hookimpl(wrapper=True)

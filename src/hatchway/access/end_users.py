@@ -42,6 +42,10 @@ class UserTokenRejected(AuthenticationError):
     default_code = "invalid_user_token"
 
 
+MAX_GROUPS = 200
+"""Groups kept of one token (a claim may list thousands)."""
+
+
 class EndUserVerifier:
     """Verifies the user tokens of the organisations one ``access.end_users`` entry covers."""
 
@@ -52,10 +56,11 @@ class EndUserVerifier:
         self.header = config.header.lower()
         self._keys: KeySet = KeySet(config.jwks_url, http)
         self._salt = secrets.token_bytes(16)
-        self._verified: OrderedDict[bytes, tuple[float, str]] = OrderedDict()
+        self._verified: OrderedDict[bytes, tuple[float, str, tuple[str, ...]]] = OrderedDict()
 
-    async def subject(self, headers: Mapping[str, str]) -> str:
-        """The verified subject of the request's user token; UserTokenRejected otherwise."""
+    async def subject(self, headers: Mapping[str, str]) -> tuple[str, tuple[str, ...]]:
+        """The verified subject of the request's user token and its groups (``groups_claim``, at most
+        ``MAX_GROUPS``); UserTokenRejected otherwise."""
         token = headers.get(self.header)
         if not token:
             raise UserTokenRejected(
@@ -67,7 +72,7 @@ class EndUserVerifier:
         now = time.monotonic()
         cached = self._verified.get(digest)
         if cached is not None and cached[0] > now:
-            return cached[1]
+            return cached[1], cached[2]
         from hatchway.access.jwks import TokenInvalid
 
         config = self.config
@@ -90,11 +95,12 @@ class EndUserVerifier:
                 param=config.header,
             )
         keep = min(VERIFIED_CACHE_SECONDS, float(claims["exp"]) + config.leeway_seconds - time.time())
-        self._verified[digest] = (now + keep, subject)
+        groups = _groups(claims.get(config.groups_claim))
+        self._verified[digest] = (now + keep, subject, groups)
         self._verified.move_to_end(digest)
         while len(self._verified) > VERIFIED_CACHE_ENTRIES:
             self._verified.popitem(last=False)
-        return subject
+        return subject, groups
 
 
 class EndUsers:
@@ -134,15 +140,21 @@ class EndUsers:
                     code="end_user_not_verified",
                 )
             return principal
-        subject = await verifier.subject(headers)
+        subject, groups = await verifier.subject(headers)
         if asserted is not None and asserted != subject:
             raise PermissionDenied(
                 "X-On-Behalf-Of: names another end user than the verified user token's subject",
                 param="X-On-Behalf-Of",
                 code="end_user_mismatch",
             )
-        return replace(principal, end_user=subject)
+        return replace(principal, end_user=subject, groups=groups)
 
     async def close(self) -> None:
         if self._http is not None:
             await self._http.aclose()
+
+
+def _groups(value: object) -> tuple[str, ...]:
+    """A groups claim as a sorted tuple: a list of names, or one name (approvals routed to a group)."""
+    names = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+    return tuple(sorted({g for g in names if isinstance(g, str) and 0 < len(g) <= 256}))[:MAX_GROUPS]

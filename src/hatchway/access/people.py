@@ -60,7 +60,9 @@ class People:
         if method in STATE_CHANGING:
             check_csrf(session, credentials.csrf_token)
         org_id, org_name, role = await self._organisation(session, credentials, method, route)
-        return Principal(org_id=org_id, org_name=org_name, role=role, subject=session.subject)
+        return Principal(
+            org_id=org_id, org_name=org_name, role=role, subject=session.subject, groups=session.groups
+        )
 
     async def _organisation(
         self, session: Session, credentials: SessionCredentials, method: str, route: str

@@ -46,6 +46,11 @@ ROUTE_ROLES: dict[tuple[str, str], frozenset[Role]] = {
     ("GET", "/v1/operations/{operation_id}"): READ,
     ("POST", "/v1/operations/{operation_id}/confirm"): APP,
     ("POST", "/v1/operations/{operation_id}/cancel"): APP,
+    # approvals: decided by verified people (engine/tools/operations/approvals.py); a viewer reads
+    ("GET", "/v1/approvals"): READ,
+    ("GET", "/v1/approvals/{operation_id}"): READ,
+    ("POST", "/v1/approvals/{operation_id}/approve"): APP,
+    ("POST", "/v1/approvals/{operation_id}/reject"): APP,
     ("GET", "/v1/connections"): READ,
     ("DELETE", "/v1/connections/{server}"): APP,
     # the organisation's records

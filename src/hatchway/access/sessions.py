@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Boolean, Index, String, delete, update
+from sqlalchemy import JSON, Boolean, Index, String, delete, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -32,6 +32,8 @@ from hatchway.store.tables import Base, utcnow
 
 TOUCH_SECONDS = 60.0
 MAX_COOKIE_CHARS = 128
+MAX_GROUPS = 200
+"""Groups kept of a person's sign-in (a claim may list thousands; approvals need the mapped ones)."""
 """A session id is 43 characters; anything much longer is not one (and is not hashed)."""
 _ROLE_RANK = {Role.APP: 0, Role.VIEWER: 1, Role.ADMIN: 2, Role.PLATFORM: 3}
 
@@ -58,6 +60,9 @@ class SsoSessionRow(Base):
     expires_at: Mapped[datetime]
     last_seen: Mapped[datetime]
     ended_at: Mapped[datetime | None] = mapped_column(default=None)
+    groups: Mapped[list[str] | None] = mapped_column(JSON, default=None)
+    """The person's groups at sign-in (the ``groups_claim``; migration 0018_session_groups): whom an
+    approval routed to a group is offered to."""
 
 
 class SsoLoginRow(Base):
@@ -129,6 +134,7 @@ class Session:
     created_at: datetime
     expires_at: datetime
     last_seen: datetime
+    groups: tuple[str, ...] = ()
 
 
 def session_hash(value: str) -> str:
@@ -148,7 +154,12 @@ class SsoSessions:
         self.clock = clock
 
     async def create(
-        self, subject: str, name: str | None, email: str | None, grants: Grants
+        self,
+        subject: str,
+        name: str | None,
+        email: str | None,
+        grants: Grants,
+        groups: Iterable[str] = (),
     ) -> tuple[str, Session]:
         """A new session: (the cookie's value, the session). Expired rows are swept on the way."""
         value = secrets.token_urlsafe(32)
@@ -160,6 +171,7 @@ class SsoSessions:
             email=email,
             grants=grants.to_json(),
             platform=grants.platform,
+            groups=sorted(groups)[:MAX_GROUPS],
             csrf_token=secrets.token_urlsafe(32),
             created_at=now,
             expires_at=now + self.lifetime,
@@ -216,4 +228,5 @@ def _session(row: SsoSessionRow) -> Session:
         created_at=row.created_at,
         expires_at=row.expires_at,
         last_seen=row.last_seen,
+        groups=tuple(row.groups or ()),
     )

@@ -91,6 +91,8 @@ class Identity:
     grants: Grants
     next_path: str
     """Where the browser goes once signed in (a path under ``/ui/``, checked at ``start``)."""
+    groups: frozenset[str] = frozenset()
+    """The groups claim's values (approvals routed to a group are offered to its members)."""
 
 
 def _digest(value: str) -> str:
@@ -167,7 +169,8 @@ class SignIn:
             raise SignInFailed("The provider's ID token has no usable subject ('sub').")
         if self.settings.groups_claim not in claims and access_token and metadata.get("userinfo_endpoint"):
             claims = {**await self._userinfo(metadata, access_token, subject), **claims}
-        grants = await self._grants(_groups(claims.get(self.settings.groups_claim)))
+        groups = _groups(claims.get(self.settings.groups_claim))
+        grants = await self._grants(groups)
         if not grants:
             raise NoRoleMapped(
                 f"You signed in as {subject}, but none of your groups ('{self.settings.groups_claim}') "
@@ -183,6 +186,7 @@ class SignIn:
             email=email[:320] if isinstance(email, str) else None,
             grants=grants,
             next_path=login.next_path,
+            groups=frozenset(g for g in groups if isinstance(g, str) and 0 < len(g) <= 256),
         )
 
     async def metadata(self) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hatchway.api import (
     admin,
+    approvals,
     connections,
     health,
     logs,
@@ -117,6 +118,7 @@ def create_app(
     install_openapi(app)
     for module in (
         admin,
+        approvals,
         health,
         metrics,
         models,

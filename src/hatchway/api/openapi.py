@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
+from hatchway.api.approvals import Decision
 from hatchway.api.chat import ChatCompletionsApp, ChatRequest
 from hatchway.api.responses_compact import CompactRequest
 from hatchway.api.secrets import SecretBody
@@ -59,6 +60,8 @@ BODIES: dict[tuple[str, str], tuple[type[BaseModel], bool]] = {
     ("post", "/v1/responses"): (CreateResponseRequest, True),
     ("post", "/v1/responses/compact"): (CompactRequest, True),
     ("put", "/v1/secrets/{name}"): (SecretBody, True),
+    ("post", "/v1/approvals/{operation_id}/approve"): (Decision, False),
+    ("post", "/v1/approvals/{operation_id}/reject"): (Decision, False),
 }
 """Routes that read their JSON body themselves: its model, and whether it is required."""
 
@@ -167,6 +170,10 @@ def _success_schemas() -> dict[tuple[str, str], tuple[str, type[BaseModel] | dic
         ("get", "/v1/operations/{operation_id}"): ("200", OBJECT_SCHEMA, False),
         ("post", "/v1/operations/{operation_id}/confirm"): ("200", OBJECT_SCHEMA, False),
         ("post", "/v1/operations/{operation_id}/cancel"): ("200", OBJECT_SCHEMA, False),
+        ("get", "/v1/approvals"): ("200", listing, False),
+        ("get", "/v1/approvals/{operation_id}"): ("200", OBJECT_SCHEMA, False),
+        ("post", "/v1/approvals/{operation_id}/approve"): ("200", OBJECT_SCHEMA, False),
+        ("post", "/v1/approvals/{operation_id}/reject"): ("200", OBJECT_SCHEMA, False),
         ("get", "/v1/secrets"): ("200", listing, False),
         ("put", "/v1/secrets/{name}"): ("200", OBJECT_SCHEMA, False),
         ("delete", "/v1/secrets/{name}"): ("200", OBJECT_SCHEMA, False),

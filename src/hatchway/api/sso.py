@@ -158,7 +158,7 @@ async def _finish(request: Request, gw: Gateway, state: str | None, code: str | 
     # Whatever session cookie the browser brought is ended, never adopted: the new session has a new id.
     await gw.sessions.end(read_cookie(request, gw.settings, SESSION_COOKIE))
     value, session = await gw.sessions.create(
-        identity.subject, identity.name, identity.email, identity.grants
+        identity.subject, identity.name, identity.email, identity.grants, identity.groups
     )
     await _record(request, gw, session.subject, session.grants, "auth.sign_in")
     response = RedirectResponse(identity.next_path, status_code=303, headers={"cache-control": "no-store"})

@@ -50,6 +50,9 @@ def _summary_line(agent_tools: AgentTools, name: str) -> str:
     if policy.pre_validation is not None:
         fail_open = str(policy.pre_validation.fail_open).lower()
         parts.append(f"pre_validation={policy.pre_validation.tool}(fail_open={fail_open})")
+    for rule in policy.approvals:
+        count = f" x{rule.required}" if rule.required > 1 else ""
+        parts.append(f"approval={rule.name or 'rule'}({rule.approvers.label()}{count})")
     parts.append(f"policy from {policy.source}")
     return "  ".join(parts)
 

@@ -37,6 +37,9 @@ class EndUserTokens(StrictModel):
     """Clock skew allowed on ``exp``, ``nbf`` and ``iat``."""
     subject_claim: Annotated[str, Field(min_length=1)] = "sub"
     """The claim naming the end user."""
+    groups_claim: Annotated[str, Field(min_length=1)] = "groups"
+    """The claim listing the user's groups: an approval routed to a group (tool_policies.yaml
+    ``approvals``) may be decided by a member who sends such a token with a key."""
     header: Annotated[str, Field(pattern=r"^[A-Za-z0-9-]+$")] = "X-Hatchway-User-Token"
     """The request header carrying the token."""
 

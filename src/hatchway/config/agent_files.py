@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from hatchway.config.agents import (
+    ApprovalRule,
     Execution,
     OperationType,
     PoliciesFile,
@@ -21,6 +22,7 @@ from hatchway.config.agents import (
     ToolPolicy,
     ToolsFile,
 )
+from hatchway.config.conditions import problem_of
 from hatchway.config.loading import load_yaml_model
 from hatchway.config.plugin import load_plugin
 from hatchway.config.settings import AgentConfig, Settings
@@ -42,6 +44,8 @@ class ResolvedPolicy:
     execution: Execution | None = None
     source: PolicySource = "defaults"
     """Where the decision came from; recorded on every operation."""
+    approvals: tuple[ApprovalRule, ...] = ()
+    """Who approves before it executes, rule by rule (docs/operations.md, "Approvals")."""
 
     @property
     def is_operation(self) -> bool:
@@ -184,6 +188,7 @@ def _from_policy(
         pre_validation=validation,
         execution=entry.execution,
         source="tool_policies.yaml",
+        approvals=tuple(entry.approvals),
     )
 
 
@@ -234,6 +239,7 @@ def _check_policies(tools: ToolsFile, policies: PoliciesFile, source: Path, prob
                     f"{where}.requires[{i}]",
                     f"{arg!r} is not an argument of tools.{name}.args_schema (known: {known})",
                 )
+        _check_approvals(name, tool, entry, policies.defaults, source, problems)
         validation = entry.pre_validation
         if validation is not None and validation.enabled and validation.tool == name:
             problems.add(
@@ -241,3 +247,37 @@ def _check_policies(tools: ToolsFile, policies: PoliciesFile, source: Path, prob
                 f"{where}.pre_validation.tool",
                 "the validator must be a separate tool without side effects, not the tool itself",
             )
+
+
+def _check_approvals(
+    name: str,
+    tool: ToolDefinition,
+    entry: ToolPolicy,
+    defaults: PolicyDefaults,
+    source: Path,
+    problems: _Problems,
+) -> None:
+    """Each rule's condition compiles and runs over the tool's declared arguments; ``notify`` names
+    arguments; only a transactional tool waits for approval."""
+    if not entry.approvals:
+        return
+    where = f"tool_policies.{name}.approvals"
+    operation_type = entry.operation_type or defaults.operation_type
+    if operation_type is not OperationType.TRANSACTIONAL:
+        problems.add(
+            source,
+            where,
+            "only a transactional tool waits for approval: set operation_type: transactional",
+        )
+    types = {arg: spec.type for arg, spec in tool.args_schema.items()}
+    for i, rule in enumerate(entry.approvals):
+        if rule.when is not None and (problem := problem_of(rule.when, types)):
+            problems.add(source, f"{where}[{i}].when", problem)
+        for j, arg in enumerate(rule.notify):
+            if arg not in tool.args_schema:
+                known = ", ".join(tool.args_schema) or "none declared"
+                problems.add(
+                    source,
+                    f"{where}[{i}].notify[{j}]",
+                    f"{arg!r} is not an argument of tools.{name}.args_schema (known: {known})",
+                )

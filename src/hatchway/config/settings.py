@@ -11,7 +11,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import AfterValidator, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from hatchway.config.access import AccessSettings, AuditSettings
-from hatchway.config.agents import OperationSettings
+from hatchway.config.agents import Approvers, OperationSettings
 from hatchway.config.background import BackgroundSettings
 from hatchway.config.loading import StrictModel, load_yaml_model
 from hatchway.vault.names import ref_problem
@@ -224,10 +224,12 @@ class GuardsSettings(StrictModel):
     """Which kinds of personal data the PII detector looks for."""
     classifier: ClassifierSettings | None = None
     """An external judge asked about every result (off unless set)."""
-    confirm_when_tainted: bool = True
+    confirm_when_tainted: bool | Approvers = True
     """Once tool output has entered a guarded run, a transactional tool asks the end user even when
     its policy has ``require_confirmation: false``, and the question names the tool whose output
-    preceded it."""
+    preceded it. Given approvers instead (``{group: security}`` or ``{role: admin}``), such a call
+    waits for one of them — never the end user, whom the injected text may be steering — unless the
+    tool's own ``approvals`` route it (docs/operations.md, "Approvals")."""
 
 
 class FailoverSettings(StrictModel):

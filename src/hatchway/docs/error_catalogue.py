@@ -76,6 +76,12 @@ MEANINGS: dict[str, str] = {
     "operation_cancelled": "The operation was cancelled before this confirmation.",
     "operation_expired": "The operation's confirmation expired (`confirmation_ttl_seconds`).",
     "operation_not_cancellable": "The operation is executing or finished; it can no longer be cancelled.",
+    "approver_not_verified": "An approval is decided by a verified person: a session signed in with SSO, or "
+    "a key with the approver's verified user token. A key alone, or `X-On-Behalf-Of`, is not proof.",
+    "not_an_approver": "The person may not decide this approval: not in the group or role its policy "
+    "names, the requester themselves, or a viewer (the message says which). Nothing was recorded.",
+    "operation_not_awaiting_approval": "The operation does not await approval (decided, executed, "
+    "cancelled or timed out already); the body carries it as it is.",
     "confirmation_not_yours": "The operation was requested for another end user (`X-On-Behalf-Of`), or for "
     "none: only that end user may confirm or cancel it; it stays pending.",
     "arguments_digest_mismatch": "The `arguments_digest` sent does not match the arguments awaiting "

@@ -8,6 +8,7 @@ to the run log (``RunState.report``), linked to the parent run's state so a run 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -133,6 +134,12 @@ class RunState:
     whatever its policy says (``guards.confirm_when_tainted``)."""
     confirm_always: bool = False
     """On the root's state: a guard's ``confirm`` action fired; every transactional tool asks."""
+    deadline_timer: asyncio.Timeout | None = None
+    """The timer bounding this run's current step (``loop._before_deadline``), moved by
+    ``RunContext.extend_deadline``."""
+    tainted_approvers: dict[str, Any] | None = None
+    """On the root's state: who approves a transactional call once the tree is tainted, instead of
+    the end user (``guards.confirm_when_tainted: {group: …}``)."""
     record_id: str | None = None
     """The id of this run's record in the run log (set by its scope, ``engine/run.py``)."""
     share: RunShare | None = None
@@ -350,6 +357,10 @@ class RunContext:
     """Every secret value resolved during the run (over the gateway's provider keys, its ``base``):
     scrubbed, in every encoding, from anything stored or returned."""
     run: RunState = field(default_factory=RunState)
+    waits_for_approval: bool = False
+    """A background run: a call whose operation awaits approval waits for its approvers here
+    (``operations.approval_wait_seconds``), and the run reports the outcome; otherwise the run
+    answers at once that approval is pending."""
 
     @classmethod
     def from_headers(
@@ -400,6 +411,7 @@ class RunContext:
             depth=self.depth + 1,
             secrets=self.secrets,
             run=self.run.child(),
+            waits_for_approval=self.waits_for_approval,
         )
 
     @property
@@ -409,6 +421,14 @@ class RunContext:
     def remaining(self) -> float:
         """Seconds left before the deadline (may be negative)."""
         return self.deadline - time.monotonic()
+
+    def extend_deadline(self, seconds: float) -> None:
+        """Move the deadline ``seconds`` later: the time a call spent waiting for people (an
+        approval) is not the run's. The current step's timer moves with it."""
+        self.deadline += seconds
+        timer = self.run.deadline_timer
+        if timer is not None and seconds > 0:
+            timer.reschedule(asyncio.get_running_loop().time() + max(self.remaining(), 0))
 
     @property
     def secret_values(self) -> set[str]:

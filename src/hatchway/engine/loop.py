@@ -554,8 +554,14 @@ class AgentLoop:
         self, calls: list[FunctionCall], ctx: RunContext, outcomes: dict[str, tuple[ToolResult, float]]
     ) -> None:
         tasks = {asyncio.create_task(self._timed_call(c, ctx)): c for c in calls}
+        done: set[asyncio.Task[tuple[ToolResult, float]]] = set()
+        pending = set(tasks)
         try:
-            done, pending = await asyncio.wait(tasks, timeout=max(ctx.remaining(), 0))
+            # Until the deadline, read again after each wake: a call that waits for people (an
+            # approval, ``operations/toolset.py``) moves the deadline by the time it waited.
+            while pending and ctx.remaining() > 0:
+                finished, pending = await asyncio.wait(pending, timeout=ctx.remaining())
+                done |= finished
         except asyncio.CancelledError:  # the caller went away (a streaming client disconnected)
             for task in tasks:
                 task.cancel()
@@ -627,8 +633,12 @@ async def _before_deadline(awaitable: Any, ctx: RunContext) -> Any:
             awaitable.close()
         raise _DeadlinePassed
     try:
-        async with asyncio.timeout(remaining):  # unlike wait_for, no task of its own per call
-            return await awaitable
+        async with asyncio.timeout(remaining) as timer:  # unlike wait_for, no task of its own per call
+            ctx.run.deadline_timer = timer  # moved by a call that waits for people (an approval)
+            try:
+                return await awaitable
+            finally:
+                ctx.run.deadline_timer = None
     except TimeoutError:
         raise _DeadlinePassed from None
 

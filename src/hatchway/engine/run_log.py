@@ -32,6 +32,7 @@ class Outcome(StrEnum):
     # A transactional tool in the loop: what the operations service did with the call (``ResultKind``).
     EXECUTED = "executed"
     NEEDS_CONFIRMATION = "needs_confirmation"
+    AWAITING_APPROVAL = "awaiting_approval"
     MISSING_ARGUMENTS = "missing_arguments"
     OUT_OF_SCOPE = "out_of_scope"
     FAILED = "failed"

@@ -344,6 +344,7 @@ class ResponseRunner:
             await self._end_stream_as_stored(run)
             return
         run.record.status = "in_progress"
+        run.ctx.waits_for_approval = True  # nobody holds a connection open: it may wait for approvers
         if run.writer is not None:
             run.writer.lifecycle("response.in_progress", run.snapshot())
         await self.execute(run)

@@ -110,6 +110,8 @@ class ToolOutputGuard:
         root = ctx.run.root
         if self.settings.confirm_when_tainted:
             root.confirm_when_tainted = True
+            if not isinstance(self.settings.confirm_when_tainted, bool):
+                root.tainted_approvers = self.settings.confirm_when_tainted.model_dump(exclude_none=True)
         if source not in root.tainted_by:  # each source once: a run's many calls keep this small
             root.tainted_by.append(source)
 

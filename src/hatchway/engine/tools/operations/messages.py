@@ -86,6 +86,8 @@ def operation_output(op: OperationRecord, **extra: Any) -> str:
             body["secondary_error"] = verdict["secondary_error"]
     if op.error:
         body["error"] = op.error
+    if op.confirmed_via == "approval":
+        body["approved_by"] = op.confirmed_by
     body["instructions"] = _instructions(op)
     body.update(extra)
     return _dumps(body)
@@ -119,6 +121,11 @@ def _instructions(op: OperationRecord) -> str:
         return "Tell the user the outcome of every item, successes and failures alike."
     if status is OperationStatus.AWAITING_CONFIRMATION:
         return "The user has been asked to confirm; nothing has been executed yet."
+    if status is OperationStatus.AWAITING_APPROVAL:
+        return (
+            "It awaits approval by people other than the user; nothing has been executed yet. Tell "
+            "the user it was sent for approval; do not call it again."
+        )
     if status is OperationStatus.INTERRUPTED:
         return "The outcome is unknown and it will not be retried automatically; tell the user so."
     return "Nothing was executed; tell the user why."
@@ -170,6 +177,8 @@ def _decided_line(op: OperationRecord) -> str:
             f"{head} was confirmed already and is still executing; it runs once. "
             f"Its outcome: GET /v1/operations/{op.id}."
         )
+    if status is OperationStatus.AWAITING_APPROVAL:
+        return f"{head} awaits approval and has not run; its outcome follows once it is decided."
     if op.confirmed_at is None:
         return f"{head} was not executed: {op.status}{f' ({op.status_reason})' if op.status_reason else ''}."
     verdict = (op.verdict or {}).get("status")

@@ -1,6 +1,12 @@
 """The durable operation record and its states.
 
     COLLECTING_PARAMETERS → PRE_VALIDATION → AWAITING_CONFIRMATION → EXECUTING → COMPLETED
+                                           ↘ AWAITING_APPROVAL ↗
+
+An operation whose policy names approvers other than the end user (``approvals`` in
+tool_policies.yaml, or a tainted run's ``guards.confirm_when_tainted: {group: …}``) waits in
+AWAITING_APPROVAL instead of asking the end user; ``approvals.py`` collects the approvals
+(``OperationApproval``) and executes it once the policy is satisfied.
 
 and off the main path: CANCELLED (user's no, superseded, expired), OUT_OF_SCOPE (validator said not
 eligible), FAILED, INTERRUPTED. A call missing required arguments stays in COLLECTING_PARAMETERS.
@@ -29,6 +35,7 @@ class OperationStatus(StrEnum):
     COLLECTING_PARAMETERS = "COLLECTING_PARAMETERS"
     PRE_VALIDATION = "PRE_VALIDATION"
     AWAITING_CONFIRMATION = "AWAITING_CONFIRMATION"
+    AWAITING_APPROVAL = "AWAITING_APPROVAL"
     EXECUTING = "EXECUTING"
     COMPLETED = "COMPLETED"
     CANCELLED = "CANCELLED"
@@ -47,6 +54,7 @@ OPEN_STATES = frozenset(
         OperationStatus.COLLECTING_PARAMETERS,
         OperationStatus.PRE_VALIDATION,
         OperationStatus.AWAITING_CONFIRMATION,
+        OperationStatus.AWAITING_APPROVAL,
     }
 )
 _AWAITING = "status = 'AWAITING_CONFIRMATION'"
@@ -100,6 +108,13 @@ class OperationRecord(Base):
     arguments) moments before: this one asks again, saying so, and only a reply bound to its own
     question confirms it (``operations.repeat_window_seconds``)."""
 
+    approval: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    """The approval rule that applies, as decided when the operation was frozen (``approvals.py``):
+    rule, approvers, required, stage, timeouts, ``tainted_by``; None: the end user confirms."""
+    outcome_reported_at: Mapped[datetime | None] = mapped_column()
+    """When the requester's conversation was told the outcome of an approved (or rejected, or
+    timed-out) operation: once, on its next turn."""
+
     @property
     def state(self) -> OperationStatus:
         return OperationStatus(self.status)
@@ -134,6 +149,31 @@ class OperationQuestion(Base):
     operation_id: Mapped[str] = mapped_column(String(40), primary_key=True)
     org_id: Mapped[str] = mapped_column(String(40))
     asked_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class OperationApproval(Base):
+    """One approver's decision on one operation, bound to the arguments it saw.
+
+    The primary key makes a decision idempotent: the same person deciding the same operation, at the
+    same stage, on the same arguments is one row however often it is sent. Only rows whose digest
+    is the operation's current ``arguments_digest`` and whose stage is its current stage count.
+    """
+
+    __tablename__ = "operation_approvals"
+
+    operation_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    approver: Mapped[str] = mapped_column(String(256), primary_key=True)
+    stage: Mapped[int] = mapped_column(primary_key=True)
+    arguments_digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    org_id: Mapped[str] = mapped_column(String(40))
+    decision: Mapped[str] = mapped_column(String(16))
+    """``approve`` or ``reject``."""
+    comment: Mapped[str | None] = mapped_column(Text)
+    via: Mapped[str] = mapped_column(String(16))
+    """``sso`` (the dashboard, a signed-in person) or ``token`` (a key with a verified user token)."""
+    actor: Mapped[str] = mapped_column(String(300))
+    """The credential it came with (``key:…`` or ``person:…``), for the audit trail."""
+    decided_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 def arguments_digest(arguments: Any) -> str:
@@ -179,4 +219,5 @@ def operation_to_dict(op: OperationRecord) -> dict[str, Any]:
         "started_at": _iso(op.started_at),
         "completed_at": _iso(op.completed_at),
         "repeat_of": op.repeat_of,
+        "approval": op.approval,
     }

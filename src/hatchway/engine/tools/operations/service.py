@@ -12,6 +12,7 @@ A toolset wraps it (``call_tool`` → ``call``; ``before_run`` → ``reply``); s
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
@@ -25,6 +26,12 @@ from hatchway.engine.context import RunContext
 from hatchway.engine.items import ToolSpec
 from hatchway.engine.run_log import Outcome
 from hatchway.engine.tools.mcp.calls import McpToolCaller
+from hatchway.engine.tools.operations.approvals import (
+    approval_for,
+    approval_message,
+    end_user_rule_applies,
+    rule_variables,
+)
 from hatchway.engine.tools.operations.classify import classify_results
 from hatchway.engine.tools.operations.confirmation import DEFAULT_VOCABULARY, normalize
 from hatchway.engine.tools.operations.execution import execute_claimed
@@ -52,6 +59,8 @@ class ResultKind(StrEnum):
     """The tool ran (an operation COMPLETED, or a plain call); the output carries the verdict."""
     NEEDS_CONFIRMATION = "needs_confirmation"
     """Pause the loop and ask the user ``question``."""
+    AWAITING_APPROVAL = "awaiting_approval"
+    """Approvers other than the end user decide it (``approvals.py``); ``question`` tells the user."""
     MISSING_ARGUMENTS = "missing_arguments"
     OUT_OF_SCOPE = "out_of_scope"
     FAILED = "failed"
@@ -83,6 +92,7 @@ _STEP_OF_STATUS = {
     S.OUT_OF_SCOPE: ResultKind.OUT_OF_SCOPE,
     S.CANCELLED: ResultKind.CANCELLED,
     S.AWAITING_CONFIRMATION: ResultKind.NEEDS_CONFIRMATION,
+    S.AWAITING_APPROVAL: ResultKind.AWAITING_APPROVAL,
     S.COLLECTING_PARAMETERS: ResultKind.MISSING_ARGUMENTS,
 }
 
@@ -114,6 +124,8 @@ class OperationService:
         words = self.settings.confirmation_words
         self.vocabulary = DEFAULT_VOCABULARY.extended(yes=words.yes, no=words.no, filler=words.filler)
         self.replies = Replies(agent, store, self.settings, self.vocabulary)
+        self.on_approval_requested: Callable[[OperationRecord], Awaitable[None]] | None = None
+        """Told of each operation that starts waiting for approval (notifications)."""
 
     def tool_specs(self) -> list[ToolSpec]:
         """The enabled tools as the model sees them."""
@@ -232,10 +244,15 @@ class OperationService:
             target, target_tool.description, resolved, answer
         )
         message = clean_text(message)
+        variables = rule_variables(resolved, usable.items if usable else [], target, ctx)
+        approval = approval_for(policy, variables, ctx)
+        if approval is not None:
+            return await self._await_approval(op, frozen, message, approval)
         repeats = await self._repeats(op, target, resolved, message)
-        if not policy.require_confirmation and not tainted_by and repeats is None:
+        confirm = policy.require_confirmation or end_user_rule_applies(policy, variables)
+        if not confirm and not tainted_by and repeats is None:
             return await self._execute_now(op, frozen, ctx, caller)
-        if not policy.require_confirmation and tainted_by:  # asked because untrusted output came first
+        if not confirm and tainted_by:  # asked because untrusted output came first
             message += (
                 f"\n\n(Asked because this follows output of {', '.join(tainted_by)}, which this gateway "
                 "treats as untrusted.)"
@@ -251,6 +268,24 @@ class OperationService:
             op, confirmation_message=message, expires_at=expires, turn_key=key, **frozen
         )
         return await self._current_result(op.id)
+
+    async def _await_approval(
+        self, op: OperationRecord, frozen: dict[str, Any], message: str, approval: dict[str, Any]
+    ) -> OperationResult:
+        """Wait for the approvers the policy names (``approvals.py``); the requester is told so."""
+        now = self.store.clock()
+        expires = now + timedelta(seconds=float(approval["timeout_seconds"]))
+        await self.store.await_approval(
+            op,
+            approval=approval,
+            confirmation_message=message + approval_message(approval),
+            expires_at=expires,
+            **frozen,
+        )
+        current = await self.store.get(op.id)
+        if current.state is S.AWAITING_APPROVAL and self.on_approval_requested is not None:
+            await self.on_approval_requested(current)
+        return result_of(current)
 
     async def _repeats(
         self, op: OperationRecord, tool: str, resolved: dict[str, Any], question: str
@@ -388,7 +423,8 @@ def result_of(op: OperationRecord) -> OperationResult:
         ResultKind.CANCELLED,
         ResultKind.INTERRUPTED,
     )
-    question = op.confirmation_message if kind is ResultKind.NEEDS_CONFIRMATION else None
+    asks = kind in (ResultKind.NEEDS_CONFIRMATION, ResultKind.AWAITING_APPROVAL)
+    question = op.confirmation_message if asks else None
     return OperationResult(
         kind, operation_output(op), is_error=failed, question=question, operation=op, meta=_meta(op)
     )

@@ -25,6 +25,7 @@ when it repeats a recent execution, which only a reply to that new question conf
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from hatchway.engine.context import RunContext
@@ -32,9 +33,14 @@ from hatchway.engine.items import FunctionCall, Item, ToolSpec
 from hatchway.engine.run_log import Outcome
 from hatchway.engine.tools.base import Interruption, RunPreamble, ToolResult, Toolset
 from hatchway.engine.tools.mcp.calls import McpToolCaller
+from hatchway.engine.tools.operations.messages import preamble_items
+from hatchway.engine.tools.operations.models import OperationStatus
 from hatchway.engine.tools.operations.replies import ReplyEffect
-from hatchway.engine.tools.operations.service import OperationResult, OperationService, ResultKind
+from hatchway.engine.tools.operations.service import OperationResult, OperationService, ResultKind, result_of
 from hatchway.engine.tools.operations.turns import conversation_turn, read_turn
+
+_ASKS = (ResultKind.NEEDS_CONFIRMATION, ResultKind.AWAITING_APPROVAL)
+"""Results that end the turn with a message to the user (a question, or that approvers decide)."""
 
 
 class OperationToolset(Toolset):
@@ -72,9 +78,29 @@ class OperationToolset(Toolset):
                     operation_id=self._asking,
                 )
             result = await self._call(call, ctx)
-            if result.kind is ResultKind.NEEDS_CONFIRMATION and result.operation is not None:
+            if result.kind is ResultKind.AWAITING_APPROVAL and ctx.waits_for_approval:
+                result = await self._wait_for_approvers(result, ctx)
+            if result.kind in _ASKS and result.operation is not None:
                 self._asking = result.operation.id
         return self._result(call, result)
+
+    async def _wait_for_approvers(self, result: OperationResult, ctx: RunContext) -> OperationResult:
+        """A background run waits here for the operation's approvers (``approval_wait_seconds``);
+        the time waited is not the run's (its deadline moves by it). Decided meanwhile, the model
+        reads the outcome (executed, rejected, timed out); otherwise the run reports it pending."""
+        assert result.operation is not None
+        store = self.service.store
+        started = time.monotonic()
+        try:
+            op = await store.wait_for_decision(
+                result.operation.id, self.service.settings.approval_wait_seconds
+            )
+        finally:
+            ctx.extend_deadline(time.monotonic() - started)
+        if op.state in (OperationStatus.AWAITING_APPROVAL, OperationStatus.EXECUTING):
+            return result
+        await store.mark_reported(op.id)
+        return result_of(op)
 
     async def before_run(self, items: list[Item], ctx: RunContext) -> RunPreamble | None:
         self._turn = conversation_turn(items)
@@ -83,11 +109,23 @@ class OperationToolset(Toolset):
             return None  # only the end user's own message can answer a confirmation
         reply = await self.service.reply(turn, ctx, self.caller)
         if reply is None:
-            return None
+            return await self._approved_meanwhile(ctx)
         if reply.effect in (ReplyEffect.ASK_AGAIN, ReplyEffect.DECIDED):
             answer = reply.answer or reply.operation.confirmation_message or ""
             return RunPreamble(answer=answer, operation_id=reply.operation.id)
         return RunPreamble(items=reply.items)
+
+    async def _approved_meanwhile(self, ctx: RunContext) -> RunPreamble | None:
+        """Operations of this conversation and end user that waited for approvers and ended since
+        its last turn: put before the model as their calls and outputs, once, so it tells the user."""
+        if ctx.session_key is None:
+            return None
+        ended = await self.service.store.unreported_outcomes(
+            ctx.org_id, self.service.agent, ctx.session_key, ctx.on_behalf_of
+        )
+        if not ended:
+            return None
+        return RunPreamble(items=[item for op in ended for item in preamble_items(op)])
 
     async def _call(self, call: FunctionCall, ctx: RunContext) -> OperationResult:
         return await self.service.call(
@@ -103,7 +141,7 @@ class OperationToolset(Toolset):
             meta["verdict"] = op.verdict.get("status")
         meta["outcome"] = Outcome.ERROR if "error_code" in meta else Outcome(result.kind.value)
         interrupt = None
-        if result.kind is ResultKind.NEEDS_CONFIRMATION and op is not None:
+        if result.kind in _ASKS and op is not None:
             interrupt = Interruption(
                 message=result.question or op.confirmation_message or "",
                 data={"operation_id": op.id, "tool": op.tool, "arguments_digest": op.arguments_digest},

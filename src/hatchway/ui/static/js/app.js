@@ -3,6 +3,7 @@
 
 import { api, ApiError, forgetPerson, loadPerson, session, signOutPerson, ssoOffered } from "./api.js";
 import { h, render } from "./dom.js";
+import { showApproval, showApprovals } from "./pages/approvals.js";
 import { showAudit } from "./pages/audit.js";
 import { showConnections } from "./pages/connections.js";
 import { showKeys } from "./pages/keys.js";
@@ -19,6 +20,8 @@ const routes = [
   [/^#\/requests$/, "requests", showRequests],
   [/^#\/spend$/, "spend", showSpend],
   [/^#\/operations$/, "operations", showOperations],
+  [/^#\/approvals\/([\w-]+)$/, "approvals", (page, id) => showApproval(page, id)],
+  [/^#\/approvals$/, "approvals", showApprovals],
   [/^#\/secrets$/, "secrets", showSecrets],
   [/^#\/keys$/, "keys", showKeys],
   [/^#\/audit$/, "audit", showAudit],
