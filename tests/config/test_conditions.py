@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from hatchway.config.agent_files import ResolvedPolicy
 from hatchway.config.agents import ApprovalRule, OperationType
-from hatchway.config.conditions import holds, problem_of
+from hatchway.config.conditions import evaluate, problem_of
 from hatchway.engine.tools.operations.approvals import approval_for, rule_variables
 from tests.support.operations import make_ctx
 
 
-def test_a_condition_that_cannot_be_evaluated_holds() -> None:
-    assert holds("arguments.amount > 500", {"arguments": {"amount": 501}}) is True
-    assert holds("arguments.amount > 500", {"arguments": {"amount": 499.5}}) is False
-    assert holds("arguments.amount > 500", {"arguments": {}}) is True  # absent: wait for approval
-    assert holds("arguments.amount > 500", {"arguments": {"amount": "lots"}}) is True
-    assert holds("arguments.amount", {"arguments": {"amount": 1}}) is False  # not a boolean true
+def test_a_condition_that_cannot_be_evaluated_is_none() -> None:
+    assert evaluate("arguments.amount > 500", {"arguments": {"amount": 501}}) is True
+    assert evaluate("arguments.amount > 500", {"arguments": {"amount": 499.5}}) is False
+    assert evaluate("arguments.amount > 500", {"arguments": {}}) is None  # absent
+    assert evaluate("arguments.amount > 500", {"arguments": {"amount": "lots"}}) is None
+    assert evaluate("arguments.urgent", {"arguments": {"urgent": "yes"}}) is None  # not a boolean
 
 
 def test_a_condition_is_checked_over_the_declared_arguments() -> None:
@@ -66,3 +66,17 @@ def test_guards_route_a_tainted_call_the_end_user_would_have_confirmed() -> None
     # a rule of the tool's own that holds keeps its approvers
     own = approval_for(policy, rule_variables({"amount": 900}, [], "pay", ctx), ctx)
     assert own is not None and own["approvers"] == {"group": "finance"}
+
+
+def test_a_condition_the_model_breaks_never_picks_the_lighter_rule() -> None:
+    policy = _policy(
+        {"name": "small", "when": "arguments.amount <= 100", "approvers": {"end_user": True}},
+        {"name": "urgent", "when": "arguments.urgent", "approvers": {"group": "treasury"}},
+        {"name": "large", "approvers": {"group": "supervisors"}},
+    )
+    ctx = make_ctx()
+    assert approval_for(policy, rule_variables({"amount": 5}, [], "pay", ctx), ctx) is None
+    broken = approval_for(policy, rule_variables({"amount": "5000", "urgent": "yes"}, [], "pay", ctx), ctx)
+    assert broken is not None and broken["rule"] == "urgent"  # small did not hold, urgent could not say
+    no = approval_for(policy, rule_variables({"amount": "5000", "urgent": False}, [], "pay", ctx), ctx)
+    assert no is not None and no["rule"] == "large"

@@ -42,8 +42,9 @@ class UserTokenRejected(AuthenticationError):
     default_code = "invalid_user_token"
 
 
-MAX_GROUPS = 200
-"""Groups kept of one token (a claim may list thousands)."""
+MAX_GROUPS = 1000
+"""Groups read of one token's claim, in its order (directories commonly list hundreds; Entra ID sends
+at most 200, and an overage claim beyond): approvals routed to a group see its members' groups whole."""
 
 
 class EndUserVerifier:
@@ -157,4 +158,4 @@ class EndUsers:
 def _groups(value: object) -> tuple[str, ...]:
     """A groups claim as a sorted tuple: a list of names, or one name (approvals routed to a group)."""
     names = [value] if isinstance(value, str) else value if isinstance(value, list) else []
-    return tuple(sorted({g for g in names if isinstance(g, str) and 0 < len(g) <= 256}))[:MAX_GROUPS]
+    return tuple(sorted({g for g in names[:MAX_GROUPS] if isinstance(g, str) and 0 < len(g) <= 256}))

@@ -32,8 +32,8 @@ from hatchway.store.tables import Base, utcnow
 
 TOUCH_SECONDS = 60.0
 MAX_COOKIE_CHARS = 128
-MAX_GROUPS = 200
-"""Groups kept of a person's sign-in (a claim may list thousands; approvals need the mapped ones)."""
+MAX_GROUPS = 1000
+"""Groups kept of a person's sign-in (``access/end_users.MAX_GROUPS``): every one up to this many."""
 """A session id is 43 characters; anything much longer is not one (and is not hashed)."""
 _ROLE_RANK = {Role.APP: 0, Role.VIEWER: 1, Role.ADMIN: 2, Role.PLATFORM: 3}
 

@@ -26,10 +26,14 @@ from hatchway.engine.tools.operations.approvals import (
 )
 from hatchway.engine.tools.operations.models import OperationApproval, OperationRecord, OperationStatus
 from hatchway.errors import NotFound
+from hatchway.gateway import Gateway
 from hatchway.principal import Principal, Role
 
 router = APIRouter(prefix="/v1/approvals", tags=["approvals"])
 S = OperationStatus
+_SCAN = 200
+"""Operations read at a time while an ``app`` key's inbox looks for those its person decides."""
+_MAX_SCANS = 25
 
 
 class Decision(BaseModel):
@@ -137,10 +141,7 @@ async def inbox(
     gw = gateway_of(request)
     await gw.approvals.expire(org_id=principal.org_id)
     approver = _approver_or_none(principal)
-    rows = await gw.operations.awaiting_approval(principal.org_id, after=after, limit=200)
-    if principal.role is Role.APP:
-        rows = [op for op in rows if approver is not None and why_not_eligible(op, approver) is None]
-    page = rows[:limit]
+    page, cursor = await _awaiting(gw, principal, approver, after, limit)
     decisions = await gw.operations.decisions([op.id for op in page])
     by_op: dict[str, list[OperationApproval]] = {}
     for d in decisions:
@@ -148,9 +149,35 @@ async def inbox(
     return {
         "object": "list",
         "data": [approval_view(op, by_op.get(op.id, []), approver) for op in page],
-        "has_more": len(rows) > limit,
-        "last_id": page[-1].id if page else None,
+        "has_more": cursor is not None,
+        "last_id": cursor if cursor is not None else (page[-1].id if page else None),
     }
+
+
+async def _awaiting(
+    gw: Gateway, principal: Principal, approver: Approver | None, after: str | None, limit: int
+) -> tuple[list[OperationRecord], str | None]:
+    """A page of the operations awaiting approval after ``after``, newest first, and the cursor of the
+    next page (None: no more). An ``app`` key sees only those its verified person may decide, read
+    ``_SCAN`` at a time, at most ``_MAX_SCANS`` reads per page (then the page may be short)."""
+    if principal.role is not Role.APP:
+        rows = await gw.operations.awaiting_approval(principal.org_id, after=after, limit=limit + 1)
+        page = rows[:limit]
+        return page, page[-1].id if len(rows) > limit else None
+    if approver is None:
+        return [], None
+    found: list[OperationRecord] = []
+    for _ in range(_MAX_SCANS):
+        rows = await gw.operations.awaiting_approval(principal.org_id, after=after, limit=_SCAN)
+        for op in rows:
+            if why_not_eligible(op, approver) is None:
+                if len(found) == limit:
+                    return found, found[-1].id
+                found.append(op)
+            after = op.id
+        if len(rows) < _SCAN:
+            return found, None
+    return found, after
 
 
 async def _view(request: Request, principal: Principal, operation_id: str) -> dict[str, Any]:

@@ -433,8 +433,9 @@ class OperationSettings(StrictModel):
     approval_wait_seconds: Annotated[float, Field(ge=0)] = 3600.0
     """How long a background response waits, inside the tool call, for an operation's approvers
     before it completes saying the operation awaits approval (its outcome then comes with the
-    conversation's next turn). Never longer than the response's deadline. A request that is not
-    background never waits: it answers at once that approval is pending."""
+    conversation's next turn). The time waited does not count against the run's deadline, and the
+    job queue's backstop timeout grows by it; a waiting run holds its worker's slot. A request that
+    is not background never waits: it answers at once that approval is pending."""
     duplicate_wait_seconds: Annotated[float, Field(gt=0)] = 60.0
     """How long a duplicate yes waits for the outcome of an operation that is still executing
     before it answers that it is (never longer than the run's deadline)."""

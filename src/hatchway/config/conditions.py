@@ -8,8 +8,9 @@ items), ``tool``, ``tainted``, ``tainted_by`` and ``requester``. ``hatchway agen
 condition and runs it once over sample values of the tool's declared arguments, so an unknown
 variable, an argument the tool does not declare or a result that is not a boolean is a problem with
 its field path before the gateway starts. At run time an expression that cannot be evaluated
-(an optional argument absent, a value of another type) counts as true: the call waits for
-approval rather than run unapproved.
+(an optional argument absent, a value of another type, a result that is not a boolean) never makes
+a call lighter: a rule naming approvers holds, a rule naming the end user does not
+(``engine/tools/operations/approvals.approval_for``).
 """
 
 from __future__ import annotations
@@ -69,13 +70,16 @@ def problem_of(expression: str, argument_types: dict[str, str]) -> str | None:
     return None
 
 
-def holds(expression: str, variables: dict[str, Any]) -> bool:
-    """Whether ``expression`` is true for ``variables``; one that cannot be evaluated is true."""
+def evaluate(expression: str, variables: dict[str, Any]) -> bool | None:
+    """``expression``'s value for ``variables``: True or False, or None when it cannot be evaluated
+    (an absent argument, a value of another type, a result that is not a boolean). What None means
+    is the caller's to decide, always toward the stricter rule (``approvals.approval_for``)."""
     try:
         value = compiled(expression).execute(variables)
     except Exception as exc:  # the library raises KeyError, TypeError, RuntimeError, ValueError
-        logger.info(
-            "approval condition %r could not be evaluated (%s): it holds", expression, type(exc).__name__
-        )
-        return True
-    return value is True
+        logger.info("approval condition %r could not be evaluated (%s)", expression, type(exc).__name__)
+        return None
+    if not isinstance(value, bool):
+        logger.info("approval condition %r gave %s, not a boolean", expression, type(value).__name__)
+        return None
+    return value

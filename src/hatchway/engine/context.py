@@ -423,11 +423,12 @@ class RunContext:
         return self.deadline - time.monotonic()
 
     def extend_deadline(self, seconds: float) -> None:
-        """Move the deadline ``seconds`` later: the time a call spent waiting for people (an
-        approval) is not the run's. The current step's timer moves with it."""
+        """Move the deadline ``seconds`` later (earlier when negative): the time a call spends
+        waiting for people (an approval) is not the run's. The current step's timer moves with it,
+        unless it has fired already."""
         self.deadline += seconds
         timer = self.run.deadline_timer
-        if timer is not None and seconds > 0:
+        if timer is not None and not timer.expired():
             timer.reschedule(asyncio.get_running_loop().time() + max(self.remaining(), 0))
 
     @property

@@ -86,8 +86,10 @@ class ResponseQueue:
         assert settings.redis_url, "the job queue needs redis_url"
         self.settings = settings.background
         self.queue = JobQueue.from_url(settings.redis_url, name=queue_name(settings))
-        # A run is bounded by the loop deadline; SAQ's own timeout is only a backstop past it.
-        self._timeout = math.ceil(settings.loop_deadline_seconds + 2 * settings.response_lease_seconds) + 60
+        # A run is bounded by the loop deadline, moved by the time it waits for approvers
+        # (``operations.approval_wait_seconds``); SAQ's own timeout is only a backstop past both.
+        run = settings.loop_deadline_seconds + settings.operations.approval_wait_seconds
+        self._timeout = math.ceil(run + 2 * settings.response_lease_seconds) + 60
         self._connected = False
 
     async def connect(self) -> None:

@@ -15,6 +15,7 @@ import asyncio
 import json
 import re
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ pytestmark = NEEDS_PG_AND_REDIS
 
 AUDIENCE = "shop-backoffice"
 HOOK_KEY = "whsec-approvals-test-key"
+LOOP_DEADLINE = 8.0
 TOKEN = "X-Hatchway-User-Token"
 CALL = re.compile(r"CALL (\w+) (\{.*?\})(?= THEN |$)")
 
@@ -199,6 +201,7 @@ class World:
     admin_key: str
     other_key: str
     receiver: Receiver
+    org: str
 
     def token(self, subject: str, *groups: str) -> str:
         return self.idp.token(subject, AUDIENCE, groups=list(groups))
@@ -280,6 +283,8 @@ def world(pg_database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     config = replica_config(tmp, pg_database_url, REDIS_URL, prefix, llm.base_url)
     config["background"]["serve_concurrency"] = 2  # the replicas run queued responses too
     config["allow_private_mcp_urls"] = True
+    # Short, so the background test shows a run waiting for its approvers past it.
+    config["loop_deadline_seconds"] = LOOP_DEADLINE
     config["operations"] = {
         "approval_sweep_seconds": 0.3,
         "approvals": {
@@ -323,7 +328,7 @@ def world(pg_database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
         viewer = asyncio.run(_key(pg_database_url, app.org_id, Role.VIEWER))
         admin = asyncio.run(_key(pg_database_url, app.org_id, Role.ADMIN))
         other = asyncio.run(create_org_key(pg_database_url, other_org, role=Role.APP))
-        yield World(a, b, shop, idp, llm, app.key, viewer, admin, other.key, receiver)
+        yield World(a, b, shop, idp, llm, app.key, viewer, admin, other.key, receiver, app.org_id)
     finally:
         replicas.stop()
         purge_redis(REDIS_URL, prefix)
@@ -411,6 +416,21 @@ def test_four_eyes_executes_once_after_two_distinct_approvers_never_the_same_twi
     late = world.decide(world.a, op_id, "uma", "supervisors")
     assert late.status_code == 409 and late.json()["error"]["code"] == "operation_not_awaiting_approval"
     assert world.shop.count("cancel_orders", orders=["O-1", "O-2"]) == 1
+    # each decision is in the audit trail once, with the approver's verified identity
+    trail = httpx.get(
+        f"{world.a.url}/v1/admin/orgs/{world.org}/audit",
+        params={"limit": 500},
+        headers=world.headers("rita", key=world.admin_key),
+        timeout=30,
+    ).json()["data"]
+    approvals = [
+        e for e in trail if e["action"] == "operation.approve" and e["target"] == f"operation:{op_id}"
+    ]
+    assert [(e["detail"]["approver"], e["detail"]["via"]) for e in approvals] == [
+        ("sam", "token"),
+        ("tom", "token"),
+    ]
+    assert all(e["actor"].startswith("key:") and e["detail"]["arguments_digest"] for e in approvals)
 
 
 def test_a_rejection_cancels(world: World) -> None:
@@ -431,8 +451,10 @@ def test_a_timeout_cancels_or_escalates_as_configured(world: World) -> None:
     assert "approval timed out" in world.operation(cancelled)["status_reason"]
     eventually(lambda: world.operation(escalated)["approval"]["stage"] == 1, 30, "the escalation")
     assert _status(world, escalated) == "AWAITING_APPROVAL"
-    supervisor = world.decide(world.a, escalated, "sam", "supervisors")
+    supervisor = world.decide(world.a, escalated, "sam", "supervisors", key=world.admin_key)
     assert supervisor.status_code == 403 and "managers" in supervisor.json()["error"]["message"]
+    # through an application's key, a person who may not decide it is not told it exists
+    assert world.decide(world.a, escalated, "sam", "supervisors").status_code == 404
     manager = world.decide(world.b, escalated, "mia", "managers")
     assert manager.status_code == 200 and manager.json()["status"] == "COMPLETED", manager.text
     assert world.shop.count("close_account", account="ACC-2") == 1
@@ -524,7 +546,8 @@ def test_a_tainted_run_goes_to_the_security_group_not_the_end_user(world: World)
     body = view.json()
     assert body["run"]["tainted"] is True and body["run"]["tainted_by"] == ["read_order"]
     assert body["approval"]["approvers"] == {"group": "security"} and body["can_decide"] is True
-    assert world.decide(world.a, op_id, "sam", "supervisors").status_code == 403
+    assert world.decide(world.a, op_id, "sam", "supervisors").status_code == 404  # not his to see
+    assert world.decide(world.a, op_id, "sam", "supervisors", key=world.admin_key).status_code == 403
     world.chat(world.a, "tainted", "sim")
     assert _status(world, op_id) == "AWAITING_APPROVAL"
     assert world.decide(world.b, op_id, "sec", "security").json()["status"] == "COMPLETED"
@@ -552,6 +575,14 @@ def test_a_background_response_completes_with_the_verdict_once_approved(world: W
         return next((v["id"] for v in listed if v["run"]["response_id"] == response_id), None)
 
     op_id = eventually(waiting, 60, "the operation in the inbox")
+    started = created.json()["created_at"]
+
+    def past_the_run_deadline() -> bool:
+        got = httpx.get(f"{world.a.url}/v1/responses/{response_id}", headers=world.headers("ana"), timeout=30)
+        assert got.json()["status"] in ("queued", "in_progress"), got.text  # still waiting, not timed out
+        return time.time() > started + LOOP_DEADLINE + 2
+
+    eventually(past_the_run_deadline, 60, "the run's own deadline to pass while it waits")
     assert world.decide(world.b, op_id, "sam", "supervisors").status_code == 200
 
     def finished() -> dict[str, Any] | None:

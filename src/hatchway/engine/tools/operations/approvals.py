@@ -27,7 +27,8 @@ from typing import Any, Protocol
 from hatchway.access.gatekeeper import request_id_of
 from hatchway.audit import AuditEvent
 from hatchway.config.agent_files import ResolvedPolicy
-from hatchway.config.conditions import holds
+from hatchway.config.agents import ApprovalRule
+from hatchway.config.conditions import evaluate
 from hatchway.engine.context import RunContext
 from hatchway.engine.tools.mcp.calls import McpToolCaller
 from hatchway.engine.tools.operations.execution import OperationConflict, execute_claimed
@@ -38,12 +39,14 @@ from hatchway.engine.tools.operations.models import (
     arguments_digest,
 )
 from hatchway.engine.tools.operations.store import OperationStore
-from hatchway.errors import InvalidRequest, PermissionDenied
+from hatchway.errors import InvalidRequest, NotFound, PermissionDenied
 from hatchway.principal import Principal, Role
 
 logger = logging.getLogger(__name__)
 S = OperationStatus
 MAX_COMMENT_CHARS = 2000
+MAX_AUDIT_COMMENT = 500
+"""Characters of a comment the audit entry keeps (the decision's row keeps it whole)."""
 _ROLE_RANK = {Role.APP: 1, Role.ADMIN: 2, Role.PLATFORM: 3}
 """Who a ``role:`` rule admits: that role or a broader one. A viewer approves nothing."""
 TIMED_OUT = "approval timed out: no decision before expires_at; nothing was executed"
@@ -97,15 +100,22 @@ def rule_variables(arguments: dict[str, Any], items: list[Any], tool: str, ctx: 
     }
 
 
+def _chosen(policy: ResolvedPolicy, variables: dict[str, Any]) -> tuple[int, ApprovalRule] | None:
+    """The first rule that holds. A condition that cannot be evaluated (the model may send anything)
+    never makes the call lighter: a rule naming approvers then holds, one naming the end user does not."""
+    for index, rule in enumerate(policy.approvals):
+        value = True if rule.when is None else evaluate(rule.when, variables)
+        if value is True or (value is None and not rule.approvers.end_user):
+            return index, rule
+    return None
+
+
 def approval_for(policy: ResolvedPolicy, variables: dict[str, Any], ctx: RunContext) -> dict[str, Any] | None:
     """The approval an operation waits for (its snapshot), or None when its end user confirms."""
     root = ctx.run.root
-    chosen = None
-    for index, rule in enumerate(policy.approvals):
-        if rule.when is None or holds(rule.when, variables):
-            chosen = (index, rule)
-            break
-    tainted_route = root.tainted_approvers if root.tainted_by else None
+    chosen = _chosen(policy, variables)
+    tainted = bool(root.tainted_by)
+    tainted_route = root.tainted_approvers if tainted else None
     if chosen is not None and not chosen[1].approvers.end_user:
         index, rule = chosen
         return {
@@ -114,7 +124,8 @@ def approval_for(policy: ResolvedPolicy, variables: dict[str, Any], ctx: RunCont
             "condition": rule.when,
             "approvers": rule.approvers.model_dump(exclude_none=True),
             "required": rule.required,
-            "exclude_requester": rule.exclude_requester,
+            # After untrusted output the requester may be the one it steers: never theirs to approve.
+            "exclude_requester": rule.exclude_requester or tainted,
             "stage": 0,
             "timeout_seconds": rule.timeout_seconds,
             "on_timeout": rule.on_timeout,
@@ -145,10 +156,8 @@ def approval_for(policy: ResolvedPolicy, variables: dict[str, Any], ctx: RunCont
 def end_user_rule_applies(policy: ResolvedPolicy, variables: dict[str, Any]) -> bool:
     """Whether the first rule that holds names the end user (it confirms even when the policy's
     ``require_confirmation`` is false)."""
-    for rule in policy.approvals:
-        if rule.when is None or holds(rule.when, variables):
-            return bool(rule.approvers.end_user)
-    return False
+    chosen = _chosen(policy, variables)
+    return chosen is not None and bool(chosen[1].approvers.end_user)
 
 
 def approvers_now(approval: dict[str, Any]) -> dict[str, Any]:
@@ -182,6 +191,10 @@ def why_not_eligible(op: OperationRecord, approver: Approver) -> str | None:
     wanted = approvers_now(approval)
     if "group" in wanted and wanted["group"] not in approver.groups:
         return f"only members of group {wanted['group']} decide it"
+    if "role" in wanted and approver.via != "sso":
+        # A key's role is not its holder's: only a signed-in person's own role in the organisation
+        # (mapped from their groups at sign-in) says who they are.
+        return f"a role ({wanted['role']}) is proven by signing in to the dashboard, not by a key"
     if "role" in wanted and _ROLE_RANK.get(approver.role, 0) < _ROLE_RANK.get(Role(wanted["role"]), 99):
         return f"only a person with role {wanted['role']} (or broader) decides it"
     if not wanted:
@@ -238,24 +251,24 @@ class ApprovalDesk:
             raise InvalidRequest(f"comment: at most {MAX_COMMENT_CHARS} characters", param="comment")
         await self.expire(org_id=approver.principal.org_id)
         op = await self.store.get(op_id, org_id=approver.principal.org_id)
-        if op.state is not S.AWAITING_APPROVAL:
-            raise OperationConflict(
-                f"Operation {op.id} is {op.status}: it does not await approval.",
-                op,
-                code="operation_not_awaiting_approval",
-            )
+        if op.approval is None:
+            raise NotFound(f"No approval '{op_id}' in this organisation.", param="operation_id")
         if reason := why_not_eligible(op, approver):
+            if approver.role is Role.APP and op.requested_by != approver.subject:
+                # An application's person who neither decides it nor asked for it: as if absent.
+                raise NotFound(f"No approval '{op_id}' in this organisation.", param="operation_id")
             raise PermissionDenied(
                 f"You may not decide operation {op.id}: {reason}.",
                 param="operation_id",
                 code="not_an_approver",
             )
+        if op.state is not S.AWAITING_APPROVAL:
+            raise _not_awaiting(op)
         _check_digest(op, digest, required=approve)
-        approval = op.approval or {}
         row = OperationApproval(
             operation_id=op.id,
             approver=approver.subject,
-            stage=int(approval.get("stage", 0)),
+            stage=int((op.approval or {}).get("stage", 0)),
             arguments_digest=op.arguments_digest or "",
             org_id=op.org_id,
             decision="approve" if approve else "reject",
@@ -264,20 +277,19 @@ class ApprovalDesk:
             actor=approver.actor,
             decided_at=self.store.clock(),
         )
+        if not approve:
+            # Only while it still awaits approval as read (same stage, same arguments): a rejection
+            # that loses to an execution, an escalation or a timeout is refused, not recorded.
+            reason = f"rejected by {approver.subject}" + (f": {comment}" if comment else "")
+            if not await self.store.reject(op, reason[:1000]):
+                raise _not_awaiting(await self.store.get(op.id))
         recorded = await self.store.add_decision(row)
         if recorded:
             await self._audit(op, approver, row, ctx)
         if not approve:
-            reason = f"rejected by {approver.subject}" + (f": {comment}" if comment else "")
-            if await self.store.transition(
-                op.id,
-                [S.AWAITING_APPROVAL],
-                S.CANCELLED,
-                status_reason=reason[:1000],
-                completed_at=self.store.clock(),
-            ):
-                await self._announce(await self.store.get(op.id), "approval.decided")
-            return await self.store.get(op.id), recorded
+            current = await self.store.get(op.id)
+            await self._announce(current, "approval.decided")
+            return current, recorded
         return await self._execute_if_satisfied(op.id, ctx), recorded
 
     async def _execute_if_satisfied(self, op_id: str, ctx: RunContext) -> OperationRecord:
@@ -360,10 +372,19 @@ class ApprovalDesk:
                     "stage": row.stage,
                     "arguments_digest": row.arguments_digest,
                     "rule": (op.approval or {}).get("rule"),
-                    "comment": row.comment,
+                    # Capped: the trail keeps an entry's detail under 8 KiB, and who decided must stay.
+                    "comment": row.comment[:MAX_AUDIT_COMMENT] if row.comment else None,
                 },
             )
         )
+
+
+def _not_awaiting(op: OperationRecord) -> OperationConflict:
+    return OperationConflict(
+        f"Operation {op.id} is {op.status}: it does not await approval.",
+        op,
+        code="operation_not_awaiting_approval",
+    )
 
 
 def _check_digest(op: OperationRecord, digest: str | None, *, required: bool) -> None:

@@ -154,8 +154,8 @@ class OperationQuestion(Base):
 class OperationApproval(Base):
     """One approver's decision on one operation, bound to the arguments it saw.
 
-    The primary key makes a decision idempotent: the same person deciding the same operation, at the
-    same stage, on the same arguments is one row however often it is sent. Only rows whose digest
+    The primary key makes a decision idempotent: the same person deciding the same operation the same
+    way, at the same stage, on the same arguments is one row however often it is sent. Only rows whose digest
     is the operation's current ``arguments_digest`` and whose stage is its current stage count.
     """
 
@@ -165,9 +165,9 @@ class OperationApproval(Base):
     approver: Mapped[str] = mapped_column(String(256), primary_key=True)
     stage: Mapped[int] = mapped_column(primary_key=True)
     arguments_digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    decision: Mapped[str] = mapped_column(String(16), primary_key=True)
+    """``approve`` or ``reject`` (both may stand: a person who approved, then rejected)."""
     org_id: Mapped[str] = mapped_column(String(40))
-    decision: Mapped[str] = mapped_column(String(16))
-    """``approve`` or ``reject``."""
     comment: Mapped[str | None] = mapped_column(Text)
     via: Mapped[str] = mapped_column(String(16))
     """``sso`` (the dashboard, a signed-in person) or ``token`` (a key with a verified user token)."""

@@ -362,6 +362,23 @@ class OperationStore:
         async with self.db.session() as s:
             return (await s.execute(stmt)).rowcount == 1
 
+    async def reject(self, op: OperationRecord, reason: str) -> bool:
+        """AWAITING_APPROVAL → CANCELLED, only if the row is still the one ``op`` was read as (same
+        stage, same arguments: its ``updated_at``)."""
+        now = self.clock()
+        stmt = (
+            update(OperationRecord)
+            .where(
+                OperationRecord.id == op.id,
+                OperationRecord.status == S.AWAITING_APPROVAL,
+                OperationRecord.updated_at == op.updated_at,
+            )
+            .values(status=S.CANCELLED, status_reason=clean_json(reason), updated_at=now, completed_at=now)
+            .execution_options(synchronize_session=False)
+        )
+        async with self.db.session() as s:
+            return (await s.execute(stmt)).rowcount == 1
+
     async def approvers_of(self, op_id: str, *, stage: int, digest: str) -> list[str]:
         """The distinct approvers whose approval counts: this stage, these arguments (read in a
         transaction of its own, after the caller's decision committed)."""

@@ -25,6 +25,7 @@ when it repeats a recent execution, which only a reply to that new question conf
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
@@ -39,6 +40,7 @@ from hatchway.engine.tools.operations.replies import ReplyEffect
 from hatchway.engine.tools.operations.service import OperationResult, OperationService, ResultKind, result_of
 from hatchway.engine.tools.operations.turns import conversation_turn, read_turn
 
+WITHDRAWN = "withdrawn: the background response waiting for its approval was cancelled or stopped"
 _ASKS = (ResultKind.NEEDS_CONFIRMATION, ResultKind.AWAITING_APPROVAL)
 """Results that end the turn with a message to the user (a question, or that approvers decide)."""
 
@@ -86,17 +88,24 @@ class OperationToolset(Toolset):
 
     async def _wait_for_approvers(self, result: OperationResult, ctx: RunContext) -> OperationResult:
         """A background run waits here for the operation's approvers (``approval_wait_seconds``);
-        the time waited is not the run's (its deadline moves by it). Decided meanwhile, the model
-        reads the outcome (executed, rejected, timed out); otherwise the run reports it pending."""
+        the time waited is not the run's: its deadline moves by the wait's budget while it waits,
+        and back by what was not used. Decided meanwhile, the model reads the outcome (executed,
+        rejected, timed out); otherwise the run reports it pending."""
         assert result.operation is not None
         store = self.service.store
+        budget = self.service.settings.approval_wait_seconds
         started = time.monotonic()
+        ctx.extend_deadline(budget)
         try:
-            op = await store.wait_for_decision(
-                result.operation.id, self.service.settings.approval_wait_seconds
-            )
+            op = await store.wait_for_decision(result.operation.id, budget)
+        except asyncio.CancelledError:
+            # The response was cancelled (or its replica stops): what nobody waits for any more is
+            # withdrawn, never executed later by an approver.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(store.cancel(result.operation.id, WITHDRAWN))
+            raise
         finally:
-            ctx.extend_deadline(time.monotonic() - started)
+            ctx.extend_deadline(time.monotonic() - started - budget)
         if op.state in (OperationStatus.AWAITING_APPROVAL, OperationStatus.EXECUTING):
             return result
         await store.mark_reported(op.id)
