@@ -19,8 +19,6 @@ import functools
 import logging
 from typing import Any
 
-import cel
-
 logger = logging.getLogger(__name__)
 
 VARIABLES = ("arguments", "items", "tool", "tainted", "tainted_by", "requester")
@@ -37,7 +35,10 @@ _SAMPLES: dict[str, Any] = {
 
 @functools.lru_cache(maxsize=512)
 def compiled(expression: str) -> Any:
-    """The compiled program (cached: a policy's few expressions are compiled once per process)."""
+    """The compiled program (cached: a policy's few expressions are compiled once per process). The
+    interpreter loads on first use: a gateway whose policies have no conditions never loads it."""
+    import cel
+
     return cel.compile(expression)
 
 

@@ -26,12 +26,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import httpx
 import orjson
 from sqlalchemy import func, select
+
+if TYPE_CHECKING:  # httpx loads when a webhook is sent (a gateway without webhooks never loads it)
+    import httpx
 
 from hatchway.config.agents import APPROVAL_EVENTS, ApprovalSettings, ApprovalWebhook
 from hatchway.engine.tools.operations.deliveries import (
@@ -257,6 +259,8 @@ class ApprovalNotifier:
             return AttemptOutcome(error=str(exc))
         body = orjson.dumps(row.payload)
         headers = _headers(row, body, key, int(self.clock().timestamp()))
+        import httpx
+
         timeout = self.settings.delivery_timeout_seconds
         try:
             async with self._client().stream(
@@ -314,6 +318,8 @@ class ApprovalNotifier:
         if self._http is not None:
             return self._http
         if self._own_http is None:
+            import httpx
+
             self._own_http = httpx.AsyncClient(follow_redirects=False, trust_env=False)
         return self._own_http
 

@@ -16,6 +16,11 @@ that — as the answer to the question it is bound to (``turns.py``; ``Operation
   something else the user says no first, alone or with the new request ("não, cancele só o
   Produto A"): the no cancels, and the model, called on the same message, may start the new one.
 
+An operation whose policy routes it to approvers (``approvals.py``) ends the turn too, saying so; a
+background run instead waits in the call for their decision (``_wait_for_approvers``) and the model
+reports it. Otherwise the conversation's next turn puts the outcome before the model, once
+(``_approved_meanwhile``).
+
 Confirmation never comes from the model or a tool: tool outputs and assistant messages are never
 read as replies, and a model calling the tool again (with ``"confirm": true`` or anything else)
 only opens a new operation, which supersedes the pending one and asks the user again — saying so
