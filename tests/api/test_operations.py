@@ -222,7 +222,7 @@ def test_confirm_for_an_agent_no_longer_configured_is_409_and_stays_pending(
     assert contas.backend.stats()["total_executions"] == 0
 
 
-@pytest.mark.parametrize("ops_gateway", [3], indirect=True)  # a short TTL (a busy machine takes over 1 s to ask)
+@pytest.mark.parametrize("ops_gateway", [3], indirect=True)  # short (a busy machine took over 1 s to ask)
 def test_an_expired_operation_cannot_be_confirmed(ops_gateway: RunningGateway, contas: RunningContas) -> None:
     op_id = _pending(ops_gateway, contas)
 

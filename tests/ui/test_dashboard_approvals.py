@@ -4,10 +4,10 @@ login page filled in, as ``test_sso.py`` does), over two gateway replicas on one
 (PostgreSQL when ``HATCHWAY_TEST_DATABASE_URL`` is set, else one SQLite file), no Redis.
 
 The shop agent of ``tests/engine/tools/operations/test_approvals.py`` (its tools.yaml and
-tool_policies.yaml, its MCP server and its ledger, its scripted model): a refund over 500 waits for
-the group ``supervisors``. The requester, ana, is an app's end user (an ``app`` key with
-``X-On-Behalf-Of``). sam is in ``supervisors`` (mapped to role ``app``); rita is an admin of the
-organisation but not a supervisor.
+tool_policies.yaml; the shop's MCP server, its ledger and the scripted model of
+``tests/support/approvals.py``): a refund over 500 waits for the group ``supervisors``. The
+requester, ana, is an app's end user (an ``app`` key with ``X-On-Behalf-Of``). sam is in
+``supervisors`` (mapped to role ``app``); rita is an admin of the organisation but not a supervisor.
 
 sam approves ana's background refund in the inbox, and her background response (running on the
 replica that accepted it) completes with the verdict; rita, opening the notification's link, is told
@@ -21,24 +21,24 @@ import asyncio
 import json
 import re
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from hatchway.principal import Role
-from tests.engine.tools.operations.test_approvals import POLICIES, TOOLS, Shop, shop_model, start_shop
-from tests.support.backends import PG_URL, fresh_pg_database
-from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, missing_browser
-from tests.support.gateway import OrgKey, RunningGateway, base_config, create_org_key, write_config
-from tests.support.oidc_provider import OidcProvider
-from tests.support.scripted_llm import ScriptedLLM
-from tests.support.servers import free_port, wait_until
-from tests.ui.test_sso import CLIENT_ID, CLIENT_SECRET, SECRET_ENV, TIMEOUT_MS, sign_in
+from tests.engine.tools.operations.test_approvals import POLICIES, TOOLS
+from tests.support.approvals import (
+    Shop,
+    ended_response,
+    start_background,
+    start_shop_and_model,
+    write_shop_agent,
+)
+from tests.support.gateway import OrgKey, RunningGateway, base_config, create_org_key
+from tests.support.servers import wait_until
+from tests.ui.test_sso import TIMEOUT_MS, sign_in, sso_set_up
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
 expect = sync_api.Expect()  # this module's own, with generous waits
@@ -96,98 +96,26 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    reason = missing_browser()
-    if reason:
-        pytest.skip(reason)
-    tmp = tmp_path_factory.mktemp("approvals-ui")
-    with ExitStack() as cleanup, pytest.MonkeyPatch.context() as env:
-        env.setenv(SECRET_ENV, CLIENT_SECRET)
-        llm = ScriptedLLM()
-        llm.handler = shop_model
-        llm.server.start()
-        cleanup.callback(llm.server.stop)
-        shop = start_shop()
-        cleanup.callback(shop.server.stop)
-        ports = free_port(), free_port()
-        redirects = [f"http://127.0.0.1:{port}/ui/callback" for port in ports]
-        provider = OidcProvider(
-            CLIENT_ID, CLIENT_SECRET, redirects, ACCOUNTS, tmp / "oidc-provider.log"
-        ).start()
-        cleanup.callback(provider.stop)
-        database_url = (
-            cleanup.enter_context(fresh_pg_database("hatchway_approvals_ui"))
-            if PG_URL
-            else f"sqlite+aiosqlite:///{tmp / 'replicas.db'}"
-        )
-        sso = {
-            "issuer": provider.issuer,
-            "client_id": CLIENT_ID,
-            "client_secret": f"env:{SECRET_ENV}",
-            "scopes": ["openid", "profile", "email", "groups"],
-            "role_mappings": ROLE_MAPPINGS,
-        }
+    with sso_set_up(tmp_path_factory, "approvals_ui", ACCOUNTS, ROLE_MAPPINGS) as setup:
+        llm, shop = start_shop_and_model(setup.cleanup)
+        agent = write_shop_agent(setup.tmp, shop, TOOLS, POLICIES, {"prompt_guard_on_tool_output": True})
         config = base_config(
-            tmp,
+            setup.tmp,
             llm.base_url,
-            database_url,
-            access={"sso": sso},
+            setup.database_url,
+            access={"sso": setup.sso},
             allow_private_mcp_urls=True,
-            agents=[_shop_agent(tmp, shop)],
+            agents=[agent],
         )
-        path = write_config(tmp, config)
-        requester = asyncio.run(create_org_key(database_url, ORG, role=Role.APP))
-        a = RunningGateway(path, port=ports[0]).start(requester)
-        cleanup.callback(a.stop)
-        b = RunningGateway(path, port=ports[1]).start(requester)
-        cleanup.callback(b.stop)
+        requester = asyncio.run(create_org_key(setup.database_url, ORG, role=Role.APP))
+        a, b = setup.replicas(config, requester)
         yield World(a, b, shop, requester)
 
 
-def _shop_agent(tmp: Path, shop: Shop) -> dict[str, Any]:
-    """The shop agent's files (test_approvals' tools.yaml and tool_policies.yaml) and its entry."""
-    agent_dir = tmp / "shop"
-    agent_dir.mkdir()
-    (agent_dir / "tools.yaml").write_text(yaml.safe_dump(TOOLS), encoding="utf-8")
-    (agent_dir / "tool_policies.yaml").write_text(yaml.safe_dump(POLICIES), encoding="utf-8")
-    server = {"id": "shop", "url": shop.server.url, "timeout_ms": 30_000, "max_retries": 0}
-    plugin = {"version": "1", "mcp_servers": [server], "agent": {"prompt_guard_on_tool_output": True}}
-    (agent_dir / "plugin.yaml").write_text(yaml.safe_dump(plugin), encoding="utf-8")
-    return {
-        "name": "shop",
-        "model": "gpt-4o",
-        "plugin": str(agent_dir / "plugin.yaml"),
-        "tools": str(agent_dir / "tools.yaml"),
-        "tool_policies": str(agent_dir / "tool_policies.yaml"),
-    }
-
-
 @pytest.fixture(scope="module")
-def chromium(world: World) -> Iterator[Any]:
-    """One headless Chromium for the module, started after every ``asyncio.run`` of the set-up."""
-    playwright = sync_api.sync_playwright().start()
-    browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-    yield browser
-    browser.close()
-    playwright.stop()
-
-
-@pytest.fixture
-def new_context(chromium: Any) -> Iterator[Callable[[], BrowserContext]]:
-    """``new_context()`` → a fresh browser profile (one person); JavaScript errors fail the test."""
-    contexts: list[BrowserContext] = []
-    errors: list[str] = []
-
-    def make() -> BrowserContext:
-        context = chromium.new_context(viewport={"width": 1280, "height": 900})
-        context.set_default_timeout(TIMEOUT_MS)
-        context.on("page", lambda page: page.on("pageerror", lambda exc: errors.append(str(exc))))
-        contexts.append(context)
-        return context
-
-    yield make
-    for context in contexts:
-        context.close()
-    assert not errors, f"JavaScript errors on the page: {errors}"
+def before_browser(world: World) -> World:
+    """What ``chromium`` (tests/ui/conftest.py) starts after: the world."""
+    return world
 
 
 def inbox_row(page: Page, order_id: str) -> Any:
@@ -198,18 +126,8 @@ def inbox_row(page: Page, order_id: str) -> Any:
 def test_a_supervisor_approves_in_the_inbox_and_the_background_response_completes(
     world: World, new_context: Callable[[], BrowserContext]
 ) -> None:
-    created = httpx.post(
-        f"{world.a.url}/v1/responses",
-        json={
-            "model": "agent:shop",
-            "input": 'CALL issue_refund {"order_id": "R-UI", "amount": 900}',
-            "background": True,
-        },
-        headers=world.as_ana(),
-        timeout=60,
-    )
-    assert created.status_code == 200, created.text
-    response_id = created.json()["id"]
+    text = 'CALL issue_refund {"order_id": "R-UI", "amount": 900}'
+    response_id = start_background(world.a.url, text, world.as_ana())["id"]
     op = world.awaiting(lambda o: o["response_id"] == response_id, "the refund to await approval")
     assert world.shop.count("issue_refund", order_id="R-UI") == 0
 
@@ -252,13 +170,12 @@ def test_a_supervisor_approves_in_the_inbox_and_the_background_response_complete
     expect(decisions.locator("b")).to_have_count(0)
 
     # ana's background response, on the replica that accepted it, ends with the verdict
-    def finished() -> dict[str, Any] | None:
-        got = httpx.get(f"{world.a.url}/v1/responses/{response_id}", headers=world.as_ana(), timeout=30)
-        assert got.status_code == 200, got.text
-        body = got.json()
-        return body if body["status"] in ("completed", "failed", "cancelled", "incomplete") else None
-
-    done = wait_until(finished, timeout=DEADLINE, interval=0.2, message="the background response to end")
+    done = wait_until(
+        lambda: ended_response(world.a.url, response_id, world.as_ana()),
+        timeout=DEADLINE,
+        interval=0.2,
+        message="the background response to end",
+    )
     assert done["status"] == "completed", done
     output = json.dumps(done["output"])
     assert "COMPLETED" in output and "SUCCESS" in output, output

@@ -15,9 +15,10 @@ import asyncio
 import html
 import re
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urljoin, urlsplit
 
@@ -28,10 +29,11 @@ from sqlalchemy import update
 from hatchway.access.sessions import SsoSessionRow, session_hash
 from hatchway.audit.entries import AuditEntry
 from tests.support.backends import PG_URL, fresh_pg_database
-from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, missing_browser
+from tests.support.browser import missing_browser
 from tests.support.gateway import OrgKey, RunningGateway, base_config, create_org_key, write_config
 from tests.support.oidc_provider import OidcProvider
 from tests.support.servers import free_port
+from tests.ui.conftest import TIMEOUT_MS
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
 expect = sync_api.Expect()  # this module's own, with generous waits (the shared one keeps its default)
@@ -58,7 +60,6 @@ ROLE_MAPPINGS = [
     {"group": "platform-ops", "role": "platform"},
 ]
 COOKIE = "hatchway_session"
-TIMEOUT_MS = 30_000
 expect.set_options(timeout=TIMEOUT_MS)
 
 
@@ -88,22 +89,52 @@ class Stack:
         self.a.server.call(change())
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+@dataclass
+class SsoSetUp:
+    """What two gateway replicas with SSO run against: the OpenID provider, whose client redirects to
+    ``ports``, the database, and ``access.sso`` for them; ``cleanup`` stops it all."""
+
+    tmp: Path
+    cleanup: ExitStack
+    ports: tuple[int, int]
+    provider: OidcProvider
+    database_url: str
+    sso: dict[str, Any]
+
+    def replicas(self, config: dict[str, Any], org: OrgKey) -> tuple[RunningGateway, RunningGateway]:
+        """The two replicas on ``config``, on ``ports``, started with ``org``'s key."""
+        path = write_config(self.tmp, config)
+        a = RunningGateway(path, port=self.ports[0]).start(org)
+        self.cleanup.callback(a.stop)
+        b = RunningGateway(path, port=self.ports[1]).start(org)
+        self.cleanup.callback(b.stop)
+        return a, b
+
+
+@contextmanager
+def sso_set_up(
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str,
+    accounts: dict[str, dict[str, Any]],
+    role_mappings: list[dict[str, str]],
+) -> Iterator[SsoSetUp]:
+    """The provider with ``accounts``, the database ``hatchway_<name>`` (PostgreSQL when configured,
+    else one SQLite file) and the SSO settings mapping groups by ``role_mappings``, under a fresh
+    ``<name>`` directory; skips without a browser."""
     reason = missing_browser()
     if reason:
         pytest.skip(reason)
-    tmp = tmp_path_factory.mktemp("sso")
+    tmp = tmp_path_factory.mktemp(name)
     with ExitStack() as cleanup, pytest.MonkeyPatch.context() as env:
         env.setenv(SECRET_ENV, CLIENT_SECRET)  # the client secret as a deployment gives it: env:NAME
         ports = free_port(), free_port()
         redirects = [f"http://127.0.0.1:{port}/ui/callback" for port in ports]
         provider = OidcProvider(
-            CLIENT_ID, CLIENT_SECRET, redirects, ACCOUNTS, tmp / "oidc-provider.log"
+            CLIENT_ID, CLIENT_SECRET, redirects, accounts, tmp / "oidc-provider.log"
         ).start()
         cleanup.callback(provider.stop)
         database_url = (
-            cleanup.enter_context(fresh_pg_database("hatchway_sso"))
+            cleanup.enter_context(fresh_pg_database(f"hatchway_{name}"))
             if PG_URL
             else f"sqlite+aiosqlite:///{tmp / 'replicas.db'}"
         )
@@ -112,46 +143,27 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             "client_id": CLIENT_ID,
             "client_secret": f"env:{SECRET_ENV}",
             "scopes": ["openid", "profile", "email", "groups"],
-            "role_mappings": ROLE_MAPPINGS,
+            "role_mappings": role_mappings,
         }
-        config = base_config(tmp, "http://127.0.0.1:9/v1", database_url, access={"sso": sso})
-        path = write_config(tmp, config)
-        acme = asyncio.run(create_org_key(database_url, "acme"))
-        globex = asyncio.run(create_org_key(database_url, "globex"))
-        a = RunningGateway(path, port=ports[0]).start(acme)
-        cleanup.callback(a.stop)
-        b = RunningGateway(path, port=ports[1]).start(acme)
-        cleanup.callback(b.stop)
-        yield Stack(provider, a, b, acme, globex)
+        yield SsoSetUp(tmp, cleanup, ports, provider, database_url, sso)
 
 
 @pytest.fixture(scope="module")
-def chromium(stack: Stack) -> Iterator[Any]:
-    """One headless Chromium for the module (each test opens fresh contexts: fresh cookie jars)."""
-    playwright = sync_api.sync_playwright().start()
-    browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-    yield browser
-    browser.close()
-    playwright.stop()
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with sso_set_up(tmp_path_factory, "sso", ACCOUNTS, ROLE_MAPPINGS) as setup:
+        config = base_config(
+            setup.tmp, "http://127.0.0.1:9/v1", setup.database_url, access={"sso": setup.sso}
+        )
+        acme = asyncio.run(create_org_key(setup.database_url, "acme"))
+        globex = asyncio.run(create_org_key(setup.database_url, "globex"))
+        a, b = setup.replicas(config, acme)
+        yield Stack(setup.provider, a, b, acme, globex)
 
 
-@pytest.fixture
-def new_context(chromium: Any) -> Iterator[Callable[[], BrowserContext]]:
-    """``new_context()`` → a fresh browser profile; the pages' JavaScript errors fail the test."""
-    contexts: list[BrowserContext] = []
-    errors: list[str] = []
-
-    def make() -> BrowserContext:
-        context = chromium.new_context(viewport={"width": 1280, "height": 900})
-        context.set_default_timeout(TIMEOUT_MS)
-        context.on("page", lambda page: page.on("pageerror", lambda exc: errors.append(str(exc))))
-        contexts.append(context)
-        return context
-
-    yield make
-    for context in contexts:
-        context.close()
-    assert not errors, f"JavaScript errors on the page: {errors}"
+@pytest.fixture(scope="module")
+def before_browser(stack: Stack) -> Stack:
+    """What ``chromium`` (tests/ui/conftest.py) starts after: the stack."""
+    return stack
 
 
 def sign_in(

@@ -233,12 +233,7 @@ def _check_policies(tools: ToolsFile, policies: PoliciesFile, source: Path, prob
             continue
         for i, arg in enumerate(entry.requires):
             if arg not in tool.args_schema:
-                known = ", ".join(tool.args_schema) or "none declared"
-                problems.add(
-                    source,
-                    f"{where}.requires[{i}]",
-                    f"{arg!r} is not an argument of tools.{name}.args_schema (known: {known})",
-                )
+                problems.add(source, f"{where}.requires[{i}]", _not_an_argument(name, tool, arg))
         _check_approvals(name, tool, entry, policies.defaults, source, problems)
         validation = entry.pre_validation
         if validation is not None and validation.enabled and validation.tool == name:
@@ -275,9 +270,9 @@ def _check_approvals(
             problems.add(source, f"{where}[{i}].when", problem)
         for j, arg in enumerate(rule.notify):
             if arg not in tool.args_schema:
-                known = ", ".join(tool.args_schema) or "none declared"
-                problems.add(
-                    source,
-                    f"{where}[{i}].notify[{j}]",
-                    f"{arg!r} is not an argument of tools.{name}.args_schema (known: {known})",
-                )
+                problems.add(source, f"{where}[{i}].notify[{j}]", _not_an_argument(name, tool, arg))
+
+
+def _not_an_argument(name: str, tool: ToolDefinition, arg: str) -> str:
+    known = ", ".join(tool.args_schema) or "none declared"
+    return f"{arg!r} is not an argument of tools.{name}.args_schema (known: {known})"

@@ -1,8 +1,8 @@
 """Attacks on approvals beyond the end user (issue 43), over the same kind of stack as
-``test_approvals.py``: two ``hatchway serve`` replicas on one PostgreSQL and one Redis, the shop's MCP
-server and its ledger, a JWKS identity provider whose tokens carry ``groups``, the scripted model —
-plus SSO sessions (made in the database, as a sign-in would), a webhook receiver on loopback, and a
-third organisation whose inbox is crowded.
+``test_approvals.py`` (both built by ``tests/support/approvals.py``): two ``hatchway serve`` replicas
+on one PostgreSQL and one Redis, the shop's MCP server and its ledger, a JWKS identity provider
+whose tokens carry ``groups``, the scripted model — plus SSO sessions (made in the database, as a
+sign-in would), a webhook receiver on loopback, and a third organisation whose inbox is crowded.
 
 Each test is one attack: who may decide (another organisation, the requester under another
 credential, one key holder with several people's tokens, a viewer), what a condition does with
@@ -24,27 +24,15 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from hatchway.principal import Role
-from tests.api.test_mcp_endpoint_oauth import ISSUER, ScriptedIdp
-from tests.engine.tools.operations.test_approvals import AUDIENCE, TOKEN, Shop, _key, shop_model
+from tests.support.approvals import AUDIENCE, TOKEN, Org, Stage, World, shop_policies, shop_tools, shop_world
 from tests.support.backends import NEEDS_PG_AND_REDIS, REDIS_URL
-from tests.support.gateway import create_org_key
-from tests.support.mcp_servers import McpTestServer
-from tests.support.replicas import (
-    Replicas,
-    ServeProcess,
-    eventually,
-    purge_redis,
-    replica_config,
-    unique_redis_prefix,
-)
-from tests.support.scripted_llm import ScriptedLLM
+from tests.support.replicas import eventually
 from tests.support.servers import ServerThread
 
 pytestmark = NEEDS_PG_AND_REDIS
@@ -54,44 +42,19 @@ UUID_SUBJECT = "3f8e1c52-9a4b-4d0e-8c1a-6b2f0e9d7a11"
 LOOP_DEADLINE = 10.0
 """The replicas' ``loop_deadline_seconds``: a background job's queue timeout is this + 2 leases + 60."""
 
-TOOLS = {
-    "version": 1,
-    "tools": {
-        "issue_refund": {
-            "mcp_server": "shop",
-            "tool_type": "action",
-            "description": "Refund an order.",
-            "args_schema": {"order_id": "string", "amount": "number", "note": "string"},
-        },
-        "grant_credit": {
-            "mcp_server": "shop",
-            "tool_type": "action",
-            "description": "Credit a customer's account.",
-            "args_schema": {"customer": "string", "amount": "number"},
-        },
-        "flag_transfer": {
-            "mcp_server": "shop",
-            "tool_type": "action",
-            "description": "Send a transfer, urgent ones reviewed.",
-            "args_schema": {"to": "string", "urgent": "boolean"},
-        },
-        "cancel_orders": {
-            "mcp_server": "shop",
-            "tool_type": "action",
-            "description": "Cancel orders.",
-            "args_schema": {"orders": "array"},
-        },
-        "wipe_store": {"mcp_server": "shop", "tool_type": "action", "args_schema": {"store": "string"}},
-        "close_account": {"mcp_server": "shop", "tool_type": "action", "args_schema": {"account": "string"}},
-        "slow_payout": {"mcp_server": "shop", "tool_type": "action", "args_schema": {"to": "string"}},
-        "quick_payout": {"mcp_server": "shop", "tool_type": "action", "args_schema": {"to": "string"}},
-    },
-}
+TOOLS = shop_tools(
+    "issue_refund",
+    "grant_credit",
+    "flag_transfer",
+    "cancel_orders",
+    "wipe_store",
+    "close_account",
+    "slow_payout",
+    "quick_payout",
+)
 SUPERVISORS = {"group": "supervisors"}
-POLICIES = {
-    "version": 1,
-    "defaults": {"operation_type": "read_only"},
-    "tool_policies": {
+POLICIES = shop_policies(
+    {
         "issue_refund": {
             "operation_type": "transactional",
             "require_confirmation": True,
@@ -144,59 +107,8 @@ POLICIES = {
             "operation_type": "transactional",
             "approvals": [{"name": "hurry", "approvers": SUPERVISORS, "timeout_seconds": 1}],
         },
-    },
-}
-
-
-def start_attack_shop() -> Shop:
-    """The shop's MCP server with this module's tools; every execution goes in the ledger."""
-    server = McpTestServer("shop")
-    shop = Shop(server)
-    mcp = server.mcp
-
-    @mcp.tool()
-    async def issue_refund(order_id: str, amount: float, note: str = "") -> dict[str, Any]:
-        shop.ran("issue_refund", order_id=order_id, amount=amount)
-        return {"results": [{"id": order_id, "name": order_id, "success": True}]}
-
-    @mcp.tool()
-    async def grant_credit(customer: str, amount: float) -> dict[str, Any]:
-        shop.ran("grant_credit", customer=customer, amount=amount)
-        return {"results": [{"id": customer, "name": customer, "success": True}]}
-
-    @mcp.tool()
-    async def flag_transfer(to: str, urgent: bool = False) -> dict[str, Any]:
-        shop.ran("flag_transfer", to=to, urgent=urgent)
-        return {"results": [{"id": to, "name": to, "success": True}]}
-
-    @mcp.tool()
-    async def cancel_orders(orders: list[str]) -> dict[str, Any]:
-        shop.ran("cancel_orders", orders=sorted(orders))
-        return {"results": [{"id": o, "name": o, "success": True} for o in orders]}
-
-    @mcp.tool()
-    async def wipe_store(store: str) -> dict[str, Any]:
-        shop.ran("wipe_store", store=store)
-        return {"results": [{"id": store, "name": store, "success": True}]}
-
-    @mcp.tool()
-    async def close_account(account: str) -> dict[str, Any]:
-        shop.ran("close_account", account=account)
-        return {"results": [{"id": account, "name": account, "success": True}]}
-
-    @mcp.tool()
-    async def slow_payout(to: str) -> dict[str, Any]:
-        await asyncio.sleep(2.5)
-        shop.ran("slow_payout", to=to)
-        return {"results": [{"id": to, "name": to, "success": True}]}
-
-    @mcp.tool()
-    async def quick_payout(to: str) -> dict[str, Any]:
-        shop.ran("quick_payout", to=to)
-        return {"results": [{"id": to, "name": to, "success": True}]}
-
-    server.start()
-    return shop
+    }
+)
 
 
 @dataclass
@@ -218,83 +130,21 @@ class Hooks:
 
 
 @dataclass
-class Attack:
-    """The world of ``test_approvals.py`` (its own copy, so that module may change freely), and more."""
+class Attack(World):
+    """The shop's world (``tests.support.approvals``), and more: the webhook receiver, SSO sessions,
+    and the crowded organisation."""
 
-    a: ServeProcess
-    b: ServeProcess
-    shop: Shop
-    idp: ScriptedIdp
-    llm: ScriptedLLM
-    app_key: str
-    viewer_key: str
-    admin_key: str
-    other_key: str
-    database_url: str
-    org_id: str
-    org_name: str
-    crowd_key: str
-    crowd_admin_key: str
-    crowd_org_id: str
     hooks: Hooks
-    sso: dict[str, Any]
-    replicas: Replicas
-    redis_prefix: str
 
-    def token(self, subject: str, *groups: str) -> str:
-        return self.idp.token(subject, AUDIENCE, groups=list(groups))
+    @property
+    def sso(self) -> dict[str, Any]:
+        """The replicas' ``access.sso``."""
+        return self.config["access"]["sso"]
 
-    def headers(
-        self, subject: str, *groups: str, key: str | None = None, session: str | None = None
-    ) -> dict[str, str]:
-        headers = {"authorization": f"Bearer {key or self.app_key}", TOKEN: self.token(subject, *groups)}
-        if session is not None:
-            headers["hatchway-session"] = session
-        return headers
-
-    def chat(self, replica: ServeProcess, session: str, text: str, user: str = "ana") -> httpx.Response:
-        return httpx.post(
-            f"{replica.url}/v1/chat/completions",
-            json={"model": "agent:shop", "messages": [{"role": "user", "content": text}]},
-            headers=self.headers(user, session=session),
-            timeout=60,
-        )
-
-    def operation(self, op_id: str, user: str = "ana") -> dict[str, Any]:
-        answer = httpx.get(f"{self.a.url}/v1/operations/{op_id}", headers=self.headers(user), timeout=30)
-        assert answer.status_code == 200, answer.text
-        return answer.json()
-
-    def decide(
-        self,
-        replica: ServeProcess,
-        op_id: str,
-        subject: str,
-        *groups: str,
-        approve: bool = True,
-        digest: str | None = None,
-        key: str | None = None,
-        comment: str | None = None,
-    ) -> httpx.Response:
-        if digest is None and approve:
-            digest = self.operation(op_id)["arguments_digest"]
-        body: dict[str, Any] = {"arguments_digest": digest}
-        if comment is not None:
-            body["comment"] = comment
-        action = "approve" if approve else "reject"
-        return httpx.post(
-            f"{replica.url}/v1/approvals/{op_id}/{action}",
-            json=body,
-            headers=self.headers(subject, *groups, key=key),
-            timeout=60,
-        )
-
-    def ask(self, session: str, text: str, replica: ServeProcess | None = None) -> str:
-        """A chat turn whose tool call waits for approval: its operation id."""
-        answer = self.chat(replica or self.a, session, text)
-        assert answer.status_code == 200, answer.text
-        assert "needs approval" in answer.json()["choices"][0]["message"]["content"], answer.text
-        return answer.headers["x-hatchway-operation-id"]
+    @property
+    def crowd(self) -> Org:
+        """The organisation whose inbox is crowded."""
+        return self.orgs["crowd"]
 
     def audit(self, op_id: str) -> list[dict[str, Any]]:
         """The organisation's audit entries about ``op_id``."""
@@ -347,114 +197,45 @@ async def _sso_session(world: Attack, subject: str, groups: tuple[str, ...], rol
 
 @pytest.fixture(scope="module")
 def attack(pg_database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Attack]:
-    tmp = tmp_path_factory.mktemp("approval-attacks")
-    llm = ScriptedLLM()
-    llm.handler = shop_model
-    llm.server.start()
-    shop = start_attack_shop()
-    idp = ScriptedIdp()
-    idp.thread.start()
     hooks = Hooks()
     receiver = ServerThread(Starlette(routes=[Route("/hook", hooks.hook, methods=["POST"])])).start()
-    prefix = unique_redis_prefix()
-    tag = prefix[-11:-1]
-    shop_org, other_org, crowd_org = f"atk-{tag}", f"atk-other-{tag}", f"atk-crowd-{tag}"
-    agent_dir = tmp / "shop"
-    agent_dir.mkdir()
-    (agent_dir / "tools.yaml").write_text(yaml.safe_dump(TOOLS), encoding="utf-8")
-    (agent_dir / "tool_policies.yaml").write_text(yaml.safe_dump(POLICIES), encoding="utf-8")
-    server = {"id": "shop", "url": shop.server.url, "timeout_ms": 30_000, "max_retries": 0}
-    plugin = {"version": "1", "mcp_servers": [server]}
-    (agent_dir / "plugin.yaml").write_text(yaml.safe_dump(plugin), encoding="utf-8")
-    config = replica_config(tmp, pg_database_url, REDIS_URL, prefix, llm.base_url)
-    config["background"]["serve_concurrency"] = 2
-    config["allow_private_mcp_urls"] = True
-    config["loop_deadline_seconds"] = LOOP_DEADLINE
-    config["operations"] = {
-        "approval_sweep_seconds": 0.3,
-        "approvals": {
-            "webhooks": [{"name": "loopback", "url": f"{receiver.url}/hook"}],
-            "dispatch_interval_seconds": 0.2,
-        },
-    }
-    sso = {
-        "issuer": idp.thread.url,
-        "client_id": "hatchway-attacks",
-        "role_mappings": [{"group": "shop-admins", "role": "admin", "organisation": shop_org}],
-    }
-    config["access"] = {
-        "sso": sso,
-        "end_users": [
-            {
-                "organisations": [shop_org, crowd_org],
-                "issuer": ISSUER,
-                "jwks_url": f"{idp.thread.url}/jwks",
-                "audience": AUDIENCE,
-                "leeway_seconds": 5,
-            },
-            {
-                "organisations": [other_org],
-                "issuer": ISSUER,
-                "jwks_url": f"{idp.thread.url}/jwks",
-                "audience": AUDIENCE,
-            },
-        ],
-    }
-    config["agents"] = [
-        {
-            "name": "shop",
-            "model": "gpt-4o",
-            "plugin": str(agent_dir / "plugin.yaml"),
-            "tools": str(agent_dir / "tools.yaml"),
-            "tool_policies": str(agent_dir / "tool_policies.yaml"),
+
+    def overrides(stage: Stage) -> dict[str, Any]:
+        sso = {
+            "issuer": stage.idp_url,
+            "client_id": "hatchway-attacks",
+            "role_mappings": [{"group": "shop-admins", "role": "admin", "organisation": stage.org_name}],
         }
-    ]
-    replicas = Replicas(tmp, config)
+        return {
+            "loop_deadline_seconds": LOOP_DEADLINE,
+            "operations": {"approvals": {"webhooks": [{"name": "loopback", "url": f"{receiver.url}/hook"}]}},
+            "access": {"sso": sso},
+        }
+
     try:
-        a = replicas.serve("a")
-        b = replicas.serve("b")
-        app = asyncio.run(create_org_key(pg_database_url, shop_org, role=Role.APP))
-        viewer = asyncio.run(_key(pg_database_url, app.org_id, Role.VIEWER))
-        admin = asyncio.run(_key(pg_database_url, app.org_id, Role.ADMIN))
-        other = asyncio.run(create_org_key(pg_database_url, other_org, role=Role.APP))
-        crowd = asyncio.run(create_org_key(pg_database_url, crowd_org, role=Role.APP))
-        crowd_admin = asyncio.run(_key(pg_database_url, crowd.org_id, Role.ADMIN))
-        yield Attack(
-            a,
-            b,
-            shop,
-            idp,
-            llm,
-            app.key,
-            viewer,
-            admin,
-            other.key,
-            database_url=pg_database_url,
-            org_id=app.org_id,
-            org_name=shop_org,
-            crowd_key=crowd.key,
-            crowd_admin_key=crowd_admin,
-            crowd_org_id=crowd.org_id,
+        with shop_world(
+            pg_database_url,
+            tmp_path_factory.mktemp("approval-attacks"),
+            TOOLS,
+            POLICIES,
+            org="atk",
+            overrides=overrides,
+            more_orgs=["crowd"],
+            world=Attack,
             hooks=hooks,
-            sso=sso,
-            replicas=replicas,
-            redis_prefix=prefix,
-        )
+        ) as world:
+            yield world
     finally:
-        replicas.stop()
-        purge_redis(REDIS_URL, prefix)
         receiver.stop()
-        idp.thread.stop()
-        shop.server.stop()
-        llm.server.stop()
-
-
-def _status(world: Attack, op_id: str) -> str:
-    return world.operation(op_id)["status"]
 
 
 def _post(world: Attack, path: str, headers: dict[str, str], **kwargs: Any) -> httpx.Response:
     return httpx.post(f"{world.a.url}{path}", headers=headers, timeout=60, **kwargs)
+
+
+def _approve(world: Attack, op_id: str, headers: dict[str, str], digest: str) -> httpx.Response:
+    """An approval of ``op_id`` (of the arguments ``digest``) sent with ``headers``: any credential."""
+    return _post(world, f"/v1/approvals/{op_id}/approve", headers, json={"arguments_digest": digest})
 
 
 def _user(world: Attack, subject: str, groups: Any, key: str | None = None) -> dict[str, str]:
@@ -498,7 +279,7 @@ def test_a_condition_the_model_breaks_never_picks_the_lighter_rule(attack: Attac
     yes = attack.chat(attack.b, "credit-string", "sim")
     assert yes.status_code == 200, yes.text
     assert attack.shop.count("grant_credit", customer="C-1") == 0, "the end user alone credited 5000"
-    assert _status(attack, op_id) == "AWAITING_APPROVAL"
+    assert attack.status(op_id) == "AWAITING_APPROVAL"
 
 
 def test_a_condition_giving_a_non_boolean_waits_for_approval(attack: Attack) -> None:
@@ -508,7 +289,7 @@ def test_a_condition_giving_a_non_boolean_waits_for_approval(attack: Attack) -> 
     answer = attack.chat(attack.a, "urgent-string", 'CALL flag_transfer {"to": "acct-666", "urgent": "yes"}')
     assert answer.status_code == 200, answer.text
     assert attack.shop.count("flag_transfer", to="acct-666") == 0, "an urgent transfer went out unreviewed"
-    assert _status(attack, answer.headers["x-hatchway-operation-id"]) == "AWAITING_APPROVAL"
+    assert attack.status(answer.headers["x-hatchway-operation-id"]) == "AWAITING_APPROVAL"
 
 
 def test_conditions_that_hold_or_fail_to_evaluate_route_to_the_approvers(attack: Attack) -> None:
@@ -518,7 +299,7 @@ def test_conditions_that_hold_or_fail_to_evaluate_route_to_the_approvers(attack:
         arguments = json.dumps({"order_id": f"R-COND-{i}", "amount": amount})
         answer = attack.chat(attack.a, f"cond-{i}", f"CALL issue_refund {arguments}")
         assert answer.status_code == 200, answer.text
-        assert _status(attack, answer.headers["x-hatchway-operation-id"]) == "AWAITING_APPROVAL", amount
+        assert attack.status(answer.headers["x-hatchway-operation-id"]) == "AWAITING_APPROVAL", amount
 
 
 # -- who may decide --------------------------------------------------------------------------------
@@ -568,16 +349,11 @@ def test_the_requester_never_approves_under_any_credential(attack: Attack) -> No
     in the group) nor her token with the admin key may approve it."""
     op_id = attack.ask("self-approval", 'CALL issue_refund {"order_id": "R-SELF", "amount": 901}')
     digest = attack.operation(op_id)["arguments_digest"]
-    sso = _post(
-        attack,
-        f"/v1/approvals/{op_id}/approve",
-        attack.person("ana", "supervisors"),
-        json={"arguments_digest": digest},
-    )
+    sso = _approve(attack, op_id, attack.person("ana", "supervisors"), digest)
     assert sso.status_code == 403 and sso.json()["error"]["code"] == "not_an_approver", sso.text
     admin = attack.decide(attack.b, op_id, "ana", "supervisors", digest=digest, key=attack.admin_key)
     assert admin.status_code == 403, admin.text
-    assert _status(attack, op_id) == "AWAITING_APPROVAL"
+    assert attack.status(op_id) == "AWAITING_APPROVAL"
     assert attack.shop.count("issue_refund", order_id="R-SELF") == 0
 
 
@@ -586,12 +362,7 @@ def test_one_person_with_a_session_and_a_token_counts_once(attack: Attack) -> No
     user token: one approver, nothing executes."""
     op_id = attack.ask("sso-and-token", 'CALL cancel_orders {"orders": ["ST-1"]}')
     digest = attack.operation(op_id)["arguments_digest"]
-    sso = _post(
-        attack,
-        f"/v1/approvals/{op_id}/approve",
-        attack.person("sam", "supervisors"),
-        json={"arguments_digest": digest},
-    )
+    sso = _approve(attack, op_id, attack.person("sam", "supervisors"), digest)
     assert sso.status_code == 200, sso.text
     assert sso.json()["decisions"][0]["via"] == "sso"
     token = attack.decide(attack.b, op_id, "sam", "supervisors", digest=digest)
@@ -600,12 +371,7 @@ def test_one_person_with_a_session_and_a_token_counts_once(attack: Attack) -> No
     assert token.json()["status"] == "AWAITING_APPROVAL"
     assert attack.shop.count("cancel_orders", orders=["ST-1"]) == 0
     # a viewer's session decides nothing, even in the group
-    viewer = _post(
-        attack,
-        f"/v1/approvals/{op_id}/approve",
-        attack.person("vic", "supervisors", role=Role.VIEWER),
-        json={"arguments_digest": digest},
-    )
+    viewer = _approve(attack, op_id, attack.person("vic", "supervisors", role=Role.VIEWER), digest)
     assert viewer.status_code == 403, viewer.text
 
 
@@ -622,12 +388,7 @@ def test_groups_claims_of_every_shape(attack: Attack) -> None:
     for i, (groups, expected) in enumerate(cases):
         op_id = attack.ask(f"claims-{i}", f'CALL issue_refund {{"order_id": "R-CLAIM-{i}", "amount": 777}}')
         digest = attack.operation(op_id)["arguments_digest"]
-        answer = _post(
-            attack,
-            f"/v1/approvals/{op_id}/approve",
-            _user(attack, "sam", groups),
-            json={"arguments_digest": digest},
-        )
+        answer = _approve(attack, op_id, _user(attack, "sam", groups), digest)
         assert answer.status_code == expected, (groups, answer.text)
 
 
@@ -638,12 +399,7 @@ def test_a_member_of_many_groups_still_approves(attack: Attack) -> None:
     op_id = attack.ask("many-groups", 'CALL issue_refund {"order_id": "R-MANY", "amount": 650}')
     digest = attack.operation(op_id)["arguments_digest"]
     groups = [f"g{i:03d}" for i in range(250)] + ["supervisors"]
-    answer = _post(
-        attack,
-        f"/v1/approvals/{op_id}/approve",
-        _user(attack, "sam", groups),
-        json={"arguments_digest": digest},
-    )
+    answer = _approve(attack, op_id, _user(attack, "sam", groups), digest)
     assert answer.status_code == 200, answer.text
     assert answer.json()["status"] == "COMPLETED"
 
@@ -774,7 +530,7 @@ async def _crowd(world: Attack, mine: int, others: int) -> list[str]:
                 rows.append(
                     OperationRecord(
                         id=new_id("op"),
-                        org_id=world.crowd_org_id,
+                        org_id=world.crowd.id,
                         agent="shop",
                         session_key=f"crowd-{group}-{i}",
                         status="AWAITING_APPROVAL",
@@ -808,7 +564,7 @@ def test_an_approver_can_page_to_every_item_of_the_inbox(attack: Attack) -> None
     ``has_more: false``: the supervisor's item cannot be reached."""
     ids = asyncio.run(_crowd(attack, 1, 201))
     wanted = ids[0]
-    sam = {"authorization": f"Bearer {attack.crowd_key}", TOKEN: attack.token("sam", "supervisors")}
+    sam = {"authorization": f"Bearer {attack.crowd.app_key}", TOKEN: attack.token("sam", "supervisors")}
     seen: list[str] = []
     after: str | None = None
     for _ in range(20):
@@ -819,7 +575,7 @@ def test_an_approver_can_page_to_every_item_of_the_inbox(attack: Attack) -> None
             break
         after = page["last_id"]
     assert wanted in seen, "the supervisor's operation cannot be reached in the inbox"
-    admin = {"authorization": f"Bearer {attack.crowd_admin_key}"}
+    admin = {"authorization": f"Bearer {attack.crowd.admin_key}"}
     full = httpx.get(f"{attack.b.url}/v1/approvals", params={"limit": 200}, headers=admin, timeout=30).json()
     assert len(full["data"]) == 200
     assert full["has_more"] is True, "202 awaiting, 200 shown, and has_more is false"
@@ -846,6 +602,15 @@ def test_an_approval_of_the_first_stage_does_not_count_after_the_escalation(atta
     assert attack.shop.count("close_account", account="ACC-STAGE") == 1
 
 
+def _ran_once_or_never(world: Attack, op_id: str, codes: list[int], tool: str, **match: Any) -> None:
+    """The decisions raced on ``op_id`` were answered 200 or 409 (never a 5xx), and it ends COMPLETED
+    having run ``tool`` once, or CANCELLED having never run it."""
+    assert set(codes) <= {200, 409}, codes
+    final = eventually(lambda: (s := world.status(op_id)) in ("COMPLETED", "CANCELLED") and s, 30, "an end")
+    ran = world.shop.count(tool, **match)
+    assert ran == (1 if final == "COMPLETED" else 0), (final, ran)
+
+
 def test_approvals_and_rejections_raced_across_replicas_never_both_execute_and_cancel(attack: Attack) -> None:
     """Regression guard: ten supervisors, half approving and half rejecting, on both replicas at once:
     the operation ends COMPLETED (run once) or CANCELLED (run never), and nobody gets a 5xx."""
@@ -865,14 +630,7 @@ def test_approvals_and_rejections_raced_across_replicas_never_both_execute_and_c
 
         with ThreadPoolExecutor(10) as pool:
             codes = list(pool.map(decide, range(10)))
-        assert set(codes) <= {200, 409}, codes
-        final = eventually(
-            lambda op_id=op_id: (s := _status(attack, op_id)) in ("COMPLETED", "CANCELLED") and s,
-            30,
-            "an end",
-        )
-        ran = attack.shop.count("issue_refund", order_id=f"R-TUG-{round_}")
-        assert ran == (1 if final == "COMPLETED" else 0), (final, ran)
+        _ran_once_or_never(attack, op_id, codes, "issue_refund", order_id=f"R-TUG-{round_}")
 
 
 def test_approvals_raced_with_the_timeout_execute_once_or_never(attack: Attack) -> None:
@@ -891,14 +649,7 @@ def test_approvals_raced_with_the_timeout_execute_once_or_never(attack: Attack) 
                     (attack.a, attack.b),
                 )
             )
-        assert set(codes) <= {200, 409}, codes
-        final = eventually(
-            lambda op_id=op_id: (s := _status(attack, op_id)) in ("COMPLETED", "CANCELLED") and s,
-            30,
-            "an end",
-        )
-        ran = attack.shop.count("quick_payout", to=f"acct-deadline-{i}")
-        assert ran == (1 if final == "COMPLETED" else 0), (final, ran)
+        _ran_once_or_never(attack, op_id, codes, "quick_payout", to=f"acct-deadline-{i}")
 
 
 def test_a_superseded_or_rejected_operation_cannot_be_approved_later(attack: Attack) -> None:
@@ -907,7 +658,7 @@ def test_a_superseded_or_rejected_operation_cannot_be_approved_later(attack: Att
     first = attack.ask("replay", 'CALL cancel_orders {"orders": ["RP-1"]}')
     old_digest = attack.operation(first)["arguments_digest"]
     attack.ask("replay", 'CALL cancel_orders {"orders": ["RP-1", "RP-2"]}', replica=attack.b)
-    assert _status(attack, first) == "CANCELLED"
+    assert attack.status(first) == "CANCELLED"
     for who in ("sam", "tom"):
         late = attack.decide(attack.a, first, who, "supervisors", digest=old_digest)
         assert late.status_code == 409, late.text
@@ -967,7 +718,7 @@ def test_an_approver_who_hangs_up_does_not_interrupt_the_execution(attack: Attac
             timeout=0.5,
         )
     final = eventually(
-        lambda: (s := _status(attack, op_id)) not in ("AWAITING_APPROVAL", "EXECUTING") and s, 30, "an end"
+        lambda: (s := attack.status(op_id)) not in ("AWAITING_APPROVAL", "EXECUTING") and s, 30, "an end"
     )
     assert final == "COMPLETED", attack.operation(op_id)
     assert attack.shop.count("slow_payout", to="acct-slow") == 1
@@ -994,17 +745,6 @@ def test_the_outcome_is_told_once_and_only_to_the_requester(attack: Attack) -> N
 # -- background responses --------------------------------------------------------------------------
 
 
-def _background(world: Attack, text: str, session: str) -> str:
-    created = httpx.post(
-        f"{world.a.url}/v1/responses",
-        json={"model": "agent:shop", "input": text, "background": True},
-        headers=world.headers("ana", session=session),
-        timeout=60,
-    )
-    assert created.status_code == 200, created.text
-    return created.json()["id"]
-
-
 def _waiting_for(world: Attack, response_id: str) -> str:
     def waiting() -> str | None:
         listed = httpx.get(
@@ -1018,21 +758,15 @@ def _waiting_for(world: Attack, response_id: str) -> str:
     return eventually(waiting, 60, "the operation in the inbox", world.replicas)
 
 
-def _response(world: Attack, response_id: str) -> dict[str, Any]:
-    got = httpx.get(f"{world.a.url}/v1/responses/{response_id}", headers=world.headers("ana"), timeout=30)
-    assert got.status_code == 200, got.text
-    return got.json()
-
-
 @pytest.mark.timeout(300)
 def test_a_background_response_waits_for_its_approvers_past_the_job_timeout(attack: Attack) -> None:
     """``approval_wait_seconds`` (an hour by default) is how long a background response waits for
     approvers. Its queue job's timeout was ``loop_deadline_seconds`` + 2 leases + 60 s, which the
     wait did not move: an approval later than that found the response killed. The job in Redis
     must allow the whole wait."""
-    response_id = _background(
-        attack, 'CALL issue_refund {"order_id": "R-SLOW-APPROVER", "amount": 1300}', "bg-slow"
-    )
+    response_id = attack.background(
+        'CALL issue_refund {"order_id": "R-SLOW-APPROVER", "amount": 1300}', "bg-slow"
+    )["id"]
     _waiting_for(attack, response_id)
 
     async def job_timeout() -> int:
@@ -1054,16 +788,13 @@ def test_a_background_response_told_the_verdict_is_not_told_again_in_the_convers
 ) -> None:
     """Regression guard: the background response carried the outcome; the conversation's next turn
     does not repeat it."""
-    response_id = _background(
-        attack, 'CALL issue_refund {"order_id": "R-BG-ONCE", "amount": 1100}', "bg-once"
-    )
+    response_id = attack.background('CALL issue_refund {"order_id": "R-BG-ONCE", "amount": 1100}', "bg-once")[
+        "id"
+    ]
     op_id = _waiting_for(attack, response_id)
     assert attack.decide(attack.b, op_id, "sam", "supervisors").json()["status"] == "COMPLETED"
     done = eventually(
-        lambda: (r := _response(attack, response_id))["status"] not in ("queued", "in_progress") and r,
-        60,
-        "the background response to end",
-        attack.replicas,
+        lambda: attack.ended(response_id), 60, "the background response to end", attack.replicas
     )
     assert done["status"] == "completed" and "COMPLETED" in json.dumps(done["output"]), done
     later = attack.chat(attack.a, "bg-once", "any news?")
@@ -1073,18 +804,18 @@ def test_a_background_response_told_the_verdict_is_not_told_again_in_the_convers
 def test_a_cancelled_background_response_withdraws_its_operation(attack: Attack) -> None:
     """A background response cancelled while it waits for approvers ends cancelled, and its operation
     is withdrawn (CANCELLED): an approver's later approval runs nothing nobody waits for."""
-    response_id = _background(
-        attack, 'CALL issue_refund {"order_id": "R-BG-CANCEL", "amount": 1400}', "bg-cancel"
-    )
+    response_id = attack.background(
+        'CALL issue_refund {"order_id": "R-BG-CANCEL", "amount": 1400}', "bg-cancel"
+    )["id"]
     op_id = _waiting_for(attack, response_id)
     cancelled = httpx.post(
         f"{attack.b.url}/v1/responses/{response_id}/cancel", headers=attack.headers("ana"), timeout=30
     )
     assert cancelled.status_code == 200, cancelled.text
     eventually(
-        lambda: _response(attack, response_id)["status"] == "cancelled", 30, "the cancel", attack.replicas
+        lambda: attack.response(response_id)["status"] == "cancelled", 30, "the cancel", attack.replicas
     )
-    eventually(lambda: _status(attack, op_id) == "CANCELLED", 30, "the withdrawal", attack.replicas)
+    eventually(lambda: attack.status(op_id) == "CANCELLED", 30, "the withdrawal", attack.replicas)
     assert "withdrawn" in attack.operation(op_id)["status_reason"]
     late = attack.decide(attack.a, op_id, "sam", "supervisors")
     assert late.status_code == 409, late.text

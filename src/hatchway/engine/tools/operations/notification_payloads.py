@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from hatchway.config.agents import ApprovalSettings, ApprovalWebhook
+from hatchway.engine.tools.operations.approvals import approvers_now
 from hatchway.engine.tools.operations.models import OperationRecord
 
 MAX_VALUE_CHARS = 1000
@@ -59,15 +60,7 @@ def wants(
         return False
     if hook.orgs and org_id not in hook.orgs and (org_name is None or org_name not in hook.orgs):
         return False
-    return not hook.groups or bool(approver_names(current_approvers(approval)) & set(hook.groups))
-
-
-def current_approvers(approval: dict[str, Any]) -> Any:
-    """Who approves at the approval's current stage: ``escalate_to`` once escalated (stage 1), else
-    ``approvers`` (the rule of ``approvals.approvers_now``)."""
-    if (approval.get("stage") or 0) >= 1 and approval.get("escalate_to"):
-        return approval["escalate_to"]
-    return approval.get("approvers")
+    return not hook.groups or bool(approver_names(approvers_now(approval)) & set(hook.groups))
 
 
 def approval_payload(
@@ -98,7 +91,7 @@ def approval_payload(
         },
         "approval": {
             "rule": _scalar(approval.get("rule")),
-            "approvers": _approvers(current_approvers(approval)),
+            "approvers": _approvers(approvers_now(approval)),
             "required": _scalar(approval.get("required")),
             "stage": _scalar(approval.get("stage")),
             "approvals_collected": collected,

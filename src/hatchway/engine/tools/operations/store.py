@@ -364,8 +364,15 @@ class OperationStore:
 
     async def reject(self, op: OperationRecord, reason: str) -> bool:
         """AWAITING_APPROVAL → CANCELLED, only if the row is still the one ``op`` was read as (same
-        stage, same arguments: its ``updated_at``)."""
+        stage, same arguments)."""
         now = self.clock()
+        return await self._change_awaiting(
+            op, now, status=S.CANCELLED, status_reason=reason, completed_at=now
+        )
+
+    async def _change_awaiting(self, op: OperationRecord, now: datetime, **values: Any) -> bool:
+        """Set ``values`` on ``op`` if it still awaits approval as it was read (its ``updated_at``,
+        which an escalation, a timeout or a rejection moves): a compare-and-set."""
         stmt = (
             update(OperationRecord)
             .where(
@@ -373,7 +380,7 @@ class OperationStore:
                 OperationRecord.status == S.AWAITING_APPROVAL,
                 OperationRecord.updated_at == op.updated_at,
             )
-            .values(status=S.CANCELLED, status_reason=clean_json(reason), updated_at=now, completed_at=now)
+            .values(updated_at=now, **_clean(values))
             .execution_options(synchronize_session=False)
         )
         async with self.db.session() as s:
@@ -440,19 +447,7 @@ class OperationStore:
             else:
                 values = {"status": S.CANCELLED, "status_reason": reason, "completed_at": now}
                 event = "approval.decided"
-            update_stmt = (
-                update(OperationRecord)
-                .where(
-                    OperationRecord.id == op.id,
-                    OperationRecord.status == S.AWAITING_APPROVAL,
-                    OperationRecord.updated_at == op.updated_at,
-                )
-                .values(updated_at=now, **_clean(values))
-                .execution_options(synchronize_session=False)
-            )
-            async with self.db.session() as s:
-                won = (await s.execute(update_stmt)).rowcount == 1
-            if won:
+            if await self._change_awaiting(op, now, **values):
                 changed.append((await self.get(op.id), event))
         return changed
 
