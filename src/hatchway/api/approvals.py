@@ -142,7 +142,7 @@ async def inbox(
     await gw.approvals.expire(org_id=principal.org_id)
     approver = _approver_or_none(principal)
     page, cursor = await _awaiting(gw, principal, approver, after, limit)
-    decisions = await gw.operations.decisions([op.id for op in page])
+    decisions = await gw.approvals.records.decisions([op.id for op in page])
     by_op: dict[str, list[OperationApproval]] = {}
     for d in decisions:
         by_op.setdefault(d.operation_id, []).append(d)
@@ -161,14 +161,14 @@ async def _awaiting(
     next page (None: no more). An ``app`` key sees only those its verified person may decide, read
     ``_SCAN`` at a time, at most ``_MAX_SCANS`` reads per page (then the page may be short)."""
     if principal.role is not Role.APP:
-        rows = await gw.operations.awaiting_approval(principal.org_id, after=after, limit=limit + 1)
+        rows = await gw.approvals.records.awaiting_approval(principal.org_id, after=after, limit=limit + 1)
         page = rows[:limit]
         return page, page[-1].id if len(rows) > limit else None
     if approver is None:
         return [], None
     found: list[OperationRecord] = []
     for _ in range(_MAX_SCANS):
-        rows = await gw.operations.awaiting_approval(principal.org_id, after=after, limit=_SCAN)
+        rows = await gw.approvals.records.awaiting_approval(principal.org_id, after=after, limit=_SCAN)
         for op in rows:
             if why_not_eligible(op, approver) is None:
                 if len(found) == limit:
@@ -193,7 +193,7 @@ async def _view(request: Request, principal: Principal, operation_id: str) -> di
     ):
         # Not an approval, or an app key's person who neither decides nor asked for it: as if absent.
         raise NotFound(f"No approval '{operation_id}' in this organisation.", param="operation_id")
-    view = approval_view(op, await gw.operations.decisions([op.id]), approver)
+    view = approval_view(op, await gw.approvals.records.decisions([op.id]), approver)
     if principal.role is not Role.APP:  # the delivery log is the organisation's, not an app's
         view["notifications"] = await gw.approval_notifier.deliveries(op.org_id, op.id)
     return view

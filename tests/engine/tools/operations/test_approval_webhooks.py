@@ -26,10 +26,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from hatchway.config.agents import ApprovalSettings, OperationSettings
+from hatchway.engine.tools.operations.approval_store import ApprovalRecords
 from hatchway.engine.tools.operations.deliveries import ApprovalDelivery, RetrySchedule
 from hatchway.engine.tools.operations.models import OperationApproval, OperationRecord
 from hatchway.engine.tools.operations.notification_payloads import named_arguments
 from hatchway.engine.tools.operations.notifications import ApprovalNotifier, sign, verify_signature
+from hatchway.engine.tools.operations.store import OperationStore
 from hatchway.errors import ConfigError
 from hatchway.store.db import Database
 from hatchway.store.tables import Organization, utcnow
@@ -283,7 +285,7 @@ async def test_the_receiver_verifies_deliveries_signed_with_an_env_or_a_vault_ke
     await n.vault.put(org.id, "approvals_hook", VAULT_KEY)
     op = await make_operation(store, org.id)
 
-    assert await n.announce(op, "approval.requested") == 2
+    assert await n.announce(op, "approval.requested", org_name=org.name) == 2
     assert await n.dispatch_due() == 2
     await n.aclose()
 
@@ -583,8 +585,12 @@ async def test_a_body_holds_only_the_arguments_the_policy_names(store: Database,
                     actor=f"person:{approver}",
                 )
             )
+    # what counts, as the approval desk reads it (this stage, these arguments, approvals only)
+    counted = await ApprovalRecords(OperationStore(store)).approvers_of(
+        op.id, stage=0, digest=op.arguments_digest
+    )
     for event in ("approval.requested", "approval.escalated", "approval.decided"):
-        assert await n.announce(op, event, org_name=org.name) == 3
+        assert await n.announce(op, event, org_name=org.name, collected=len(counted)) == 3
     assert await n.dispatch_due() == 9
     await n.aclose()
 
@@ -703,7 +709,7 @@ async def test_webhooks_receive_only_their_events_organisations_and_groups(store
     escalated = await make_operation(store, org.id, stage=1, escalate_to={"group": "directors"})
     assert await n.announce(escalated, "approval.escalated", org_name=org.name) == 2  # all, escalation
     named = settings({"name": "mine", "url": "https://hooks.example.com/m", "orgs": [org.name]})
-    assert await notifier(store, named).announce(op, "approval.requested") == 1
+    assert await notifier(store, named).announce(op, "approval.requested", org_name=org.name) == 1
     by_id = settings({"name": "mine", "url": "https://hooks.example.com/m", "orgs": [org.id]})
     assert await notifier(store, by_id).announce(op, "approval.requested", org_name=org.name) == 1
     with pytest.raises(ValueError, match="event"):

@@ -31,6 +31,7 @@ from hatchway.config.agents import ApprovalRule
 from hatchway.config.conditions import evaluate
 from hatchway.engine.context import RunContext
 from hatchway.engine.tools.mcp.calls import McpToolCaller
+from hatchway.engine.tools.operations.approval_store import ApprovalRecords
 from hatchway.engine.tools.operations.execution import OperationConflict, execute_claimed
 from hatchway.engine.tools.operations.models import (
     OperationApproval,
@@ -55,7 +56,9 @@ TIMED_OUT = "approval timed out: no decision before expires_at; nothing was exec
 class Notifier(Protocol):
     """Where approval events go (``notifications.ApprovalNotifier``)."""
 
-    async def announce(self, op: OperationRecord, event: str, *, org_name: str | None = None) -> int: ...
+    async def announce(
+        self, op: OperationRecord, event: str, *, org_name: str | None = None, collected: int = 0
+    ) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,6 +231,7 @@ class ApprovalDesk:
         org_names: Callable[[str], Awaitable[str | None]] | None = None,
     ) -> None:
         self.store = store
+        self.records = ApprovalRecords(store)
         self.caller_for = caller_for
         self.notifier = notifier
         self.org_names = org_names
@@ -281,9 +285,9 @@ class ApprovalDesk:
             # Only while it still awaits approval as read (same stage, same arguments): a rejection
             # that loses to an execution, an escalation or a timeout is refused, not recorded.
             reason = f"rejected by {approver.subject}" + (f": {comment}" if comment else "")
-            if not await self.store.reject(op, reason[:1000]):
+            if not await self.records.reject(op, reason[:1000]):
                 raise _not_awaiting(await self.store.get(op.id))
-        recorded = await self.store.add_decision(row)
+        recorded = await self.records.add_decision(row)
         if recorded:
             await self._audit(op, approver, row, ctx)
         if not approve:
@@ -299,7 +303,7 @@ class ApprovalDesk:
         if op.state is not S.AWAITING_APPROVAL:
             return op
         approval = op.approval or {}
-        approvers = await self.store.approvers_of(
+        approvers = await self.records.approvers_of(
             op.id, stage=int(approval.get("stage", 0)), digest=op.arguments_digest or ""
         )
         if len(approvers) < int(approval.get("required", 1)):
@@ -329,7 +333,7 @@ class ApprovalDesk:
 
     async def expire(self, *, org_id: str | None = None) -> None:
         """Apply the timeouts of approvals past their deadline: escalate once, or cancel."""
-        for op, event in await self.store.expire_approvals(TIMED_OUT, org_id=org_id):
+        for op, event in await self.records.expire_approvals(TIMED_OUT, org_id=org_id):
             await self._announce(op, event)
 
     async def announce_requested(self, op: OperationRecord) -> None:
@@ -350,7 +354,11 @@ class ApprovalDesk:
             return
         try:
             name = await self.org_names(op.org_id) if self.org_names is not None else None
-            await self.notifier.announce(op, event, org_name=name)
+            stage = int((op.approval or {}).get("stage", 0))
+            collected = len(
+                await self.records.approvers_of(op.id, stage=stage, digest=op.arguments_digest or "")
+            )
+            await self.notifier.announce(op, event, org_name=name, collected=collected)
         except Exception:  # a notification is never worth failing the decision over
             logger.exception("could not queue the %s notification of operation %s", event, op.id)
 

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from hatchway.config.agents import ApprovalSettings, ApprovalWebhook
-from hatchway.engine.tools.operations.approvals import approvers_now
+from hatchway.engine.tools.operations.approvals import approvers_now, describe
 from hatchway.engine.tools.operations.models import OperationRecord
 
 MAX_VALUE_CHARS = 1000
@@ -31,7 +31,7 @@ _TITLES = {
     "approval.escalated": "Approval escalated",
     "approval.decided": "Approval decided",
 }
-_APPROVER_KEYS = ("group", "role", "end_user", "not_requester")
+_APPROVER_KEYS = ("group", "role", "end_user")
 _CARD_MARKUP = re.compile(r"([\\`*_~\[\]()<>#])")
 
 
@@ -40,16 +40,9 @@ def inbox_link(inbox_url: str | None, operation_id: str) -> str:
     return f"{inbox_url or ''}/ui/#/approvals/{operation_id}"
 
 
-def approver_names(approvers: Any) -> set[str]:
-    """The groups and roles an approval's ``approvers`` names (one ``{group|role: …}`` or a list)."""
-    entries = approvers if isinstance(approvers, list) else [approvers]
-    return {
-        entry[key]
-        for entry in entries
-        if isinstance(entry, dict)
-        for key in ("group", "role")
-        if isinstance(entry.get(key), str)
-    }
+def approver_names(approvers: dict[str, Any]) -> set[str]:
+    """The group or role an approval's ``approvers`` names (``{group: …}`` or ``{role: …}``)."""
+    return {approvers[key] for key in ("group", "role") if isinstance(approvers.get(key), str)}
 
 
 def wants(
@@ -139,13 +132,9 @@ def _scalar(value: Any) -> Any:
     return value if isinstance(value, str | int | float | bool) or value is None else str(value)
 
 
-def _approvers(value: Any) -> Any:
-    """Only who approves (``group``, ``role``…), whatever else the policy's entry holds."""
-    if isinstance(value, list):
-        return [_approvers(entry) for entry in value]
-    if isinstance(value, dict):
-        return {k: _scalar(value[k]) for k in _APPROVER_KEYS if k in value}
-    return _scalar(value)
+def _approvers(value: dict[str, Any]) -> dict[str, Any]:
+    """Only who approves (``group``, ``role`` or ``end_user``), whatever else the entry holds."""
+    return {k: _scalar(value[k]) for k in _APPROVER_KEYS if k in value}
 
 
 def _iso(value: Any) -> Any:
@@ -158,8 +147,7 @@ def _iso(value: Any) -> Any:
 
 
 def _who(approval: dict[str, Any]) -> str:
-    names = sorted(approver_names(approval.get("approvers")))
-    who = ", ".join(names) if names else "the end user"
+    who = describe(approval.get("approvers") or {})
     return f"{who} ({approval.get('approvals_collected', 0)} of {approval.get('required') or 1} approvals)"
 
 

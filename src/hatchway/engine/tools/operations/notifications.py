@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import orjson
-from sqlalchemy import func, select
 
 if TYPE_CHECKING:  # httpx loads when a webhook is sent (a gateway without webhooks never loads it)
     import httpx
@@ -46,12 +45,12 @@ from hatchway.engine.tools.operations.deliveries import (
     dispatcher_id,
     new_delivery_id,
 )
-from hatchway.engine.tools.operations.models import OperationApproval, OperationRecord
+from hatchway.engine.tools.operations.models import OperationRecord
 from hatchway.engine.tools.operations.notification_payloads import FORMATS, approval_payload, wants
 from hatchway.errors import ConfigError, SecretNotFound
 from hatchway.store.columns import clean_json
 from hatchway.store.db import Database
-from hatchway.store.tables import Organization, utcnow
+from hatchway.store.tables import utcnow
 from hatchway.vault.store import Vault
 
 logger = logging.getLogger(__name__)
@@ -163,21 +162,22 @@ class ApprovalNotifier:
 
     # -- writing ---------------------------------------------------------------------------------
 
-    async def announce(self, op: OperationRecord, event: str, *, org_name: str | None = None) -> int:
+    async def announce(
+        self, op: OperationRecord, event: str, *, org_name: str | None = None, collected: int = 0
+    ) -> int:
         """Write a pending delivery of ``event`` about ``op`` for each webhook that wants it; how many.
 
-        ``event``: ``approval.requested``, ``approval.escalated`` or ``approval.decided``."""
+        ``event``: ``approval.requested``, ``approval.escalated`` or ``approval.decided``;
+        ``org_name``: the organisation's (a webhook's ``orgs`` may name it); ``collected``: the
+        approvals that count so far (``approval_store.ApprovalRecords.approvers_of``)."""
         if event not in APPROVAL_EVENTS:
             raise ValueError(f"event: one of {', '.join(APPROVAL_EVENTS)} (got {event!r})")
         if not self.settings.webhooks:
             return 0
-        if org_name is None:
-            org_name = await self._org_name(op.org_id)
-        approval = getattr(op, "approval", None) or {}
+        approval = op.approval or {}
         hooks = [h for h in self.settings.webhooks if wants(h, event, op.org_id, org_name, approval)]
         if not hooks:
             return 0
-        collected = await self._approvals_collected(op, approval)
         now = self.clock()
         drafts = []
         for hook in hooks:
@@ -187,21 +187,6 @@ class ApprovalNotifier:
             drafts.append(DeliveryDraft(delivery_id, op.org_id, op.id, hook.name, event, body))
         await self.store.insert(drafts)
         return len(drafts)
-
-    async def _approvals_collected(self, op: OperationRecord, approval: dict[str, Any]) -> int:
-        """The approvals that count: of the current stage, on the operation's current arguments."""
-        stmt = select(func.count()).where(
-            OperationApproval.operation_id == op.id,
-            OperationApproval.stage == int(approval.get("stage") or 0),
-            OperationApproval.arguments_digest == (op.arguments_digest or ""),
-            OperationApproval.decision == "approve",
-        )
-        async with self.db.session() as s:
-            return int(await s.scalar(stmt) or 0)
-
-    async def _org_name(self, org_id: str) -> str | None:
-        async with self.db.session() as s:
-            return await s.scalar(select(Organization.name).where(Organization.id == org_id))
 
     # -- reading ---------------------------------------------------------------------------------
 

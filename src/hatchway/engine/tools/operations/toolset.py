@@ -39,6 +39,7 @@ from hatchway.engine.items import FunctionCall, Item, ToolSpec
 from hatchway.engine.run_log import Outcome
 from hatchway.engine.tools.base import Interruption, RunPreamble, ToolResult, Toolset
 from hatchway.engine.tools.mcp.calls import McpToolCaller
+from hatchway.engine.tools.operations.approval_store import ApprovalRecords
 from hatchway.engine.tools.operations.messages import preamble_items
 from hatchway.engine.tools.operations.models import OperationStatus
 from hatchway.engine.tools.operations.replies import ReplyEffect
@@ -97,23 +98,23 @@ class OperationToolset(Toolset):
         and back by what was not used. Decided meanwhile, the model reads the outcome (executed,
         rejected, timed out); otherwise the run reports it pending."""
         assert result.operation is not None
-        store = self.service.store
+        records = ApprovalRecords(self.service.store)
         budget = self.service.settings.approval_wait_seconds
         started = time.monotonic()
         ctx.extend_deadline(budget)
         try:
-            op = await store.wait_for_decision(result.operation.id, budget)
+            op = await records.wait_for_decision(result.operation.id, budget)
         except asyncio.CancelledError:
             # The response was cancelled (or its replica stops): what nobody waits for any more is
             # withdrawn, never executed later by an approver.
             with contextlib.suppress(Exception):
-                await asyncio.shield(store.cancel(result.operation.id, WITHDRAWN))
+                await asyncio.shield(self.service.store.cancel(result.operation.id, WITHDRAWN))
             raise
         finally:
             ctx.extend_deadline(time.monotonic() - started - budget)
         if op.state in (OperationStatus.AWAITING_APPROVAL, OperationStatus.EXECUTING):
             return result
-        await store.mark_reported(op.id)
+        await records.mark_reported(op.id)
         return result_of(op)
 
     async def before_run(self, items: list[Item], ctx: RunContext) -> RunPreamble | None:
@@ -134,7 +135,7 @@ class OperationToolset(Toolset):
         its last turn: put before the model as their calls and outputs, once, so it tells the user."""
         if ctx.session_key is None:
             return None
-        ended = await self.service.store.unreported_outcomes(
+        ended = await ApprovalRecords(self.service.store).unreported_outcomes(
             ctx.org_id, self.service.agent, ctx.session_key, ctx.on_behalf_of
         )
         if not ended:
