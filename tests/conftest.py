@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from hatchway.observability import log_redaction
+from hatchway.redaction import Redactor
 from hatchway.store.db import Database
 from tests.support.backends import PG_URL, REDIS_URL, fresh_pg_database
 from tests.support.contas import RunningContas, contas_model
@@ -156,3 +158,12 @@ def mcp_server_factory() -> Iterator[Callable[..., McpTestServer]]:
     yield make
     for server in started:
         server.stop()
+
+
+@pytest.fixture
+def log_secrets(monkeypatch: pytest.MonkeyPatch) -> Redactor:
+    """The process-wide set of secret values log lines lose, empty for this test: other tests of the
+    process register their own (a one-letter provider key, ``k``, redacts every ``k`` of a line)."""
+    fresh = Redactor(limit=4096)
+    monkeypatch.setattr(log_redaction, "SECRETS", fresh)
+    return fresh

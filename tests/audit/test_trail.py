@@ -17,6 +17,7 @@ from hatchway.audit import AuditEntry, AuditTrail, verify_entries
 from hatchway.audit.chain import entry_hash
 from hatchway.audit.store import AuditCheckpoint, AuditEntryRow, AuditHead
 from hatchway.config.access import AuditSettings
+from hatchway.redaction import Redactor
 from hatchway.store.db import Database
 from hatchway.vault.master_key import MasterKey
 from tests.audit.conftest import (
@@ -323,7 +324,7 @@ def test_verify_entries_is_pure_over_exported_dicts(master_key: MasterKey) -> No
 
 
 async def test_each_entry_is_logged_as_one_structured_line(
-    db: Database, master_key: MasterKey, caplog: pytest.LogCaptureFixture
+    db: Database, master_key: MasterKey, caplog: pytest.LogCaptureFixture, log_secrets: Redactor
 ) -> None:
     org = new_org()
     with caplog.at_level(logging.INFO, logger="hatchway.audit"):

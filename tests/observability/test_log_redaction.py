@@ -7,25 +7,15 @@ import uuid
 
 import pytest
 
-from hatchway.observability import log_redaction
 from hatchway.observability.log_redaction import install_log_redaction
 from hatchway.redaction import Redactor
 
 
-@pytest.fixture
-def secrets(monkeypatch: pytest.MonkeyPatch) -> Redactor:
-    """The process-wide set, empty for this test: other tests of the process register their own
-    values (a one-letter provider key, ``k``, redacted every ``k`` of these lines)."""
-    fresh = Redactor(limit=4096)
-    monkeypatch.setattr(log_redaction, "SECRETS", fresh)
-    return fresh
-
-
 def test_library_log_lines_lose_known_secrets_and_credential_headers(
-    caplog: pytest.LogCaptureFixture, secrets: Redactor
+    caplog: pytest.LogCaptureFixture, log_secrets: Redactor
 ) -> None:
     secret, cookie = f"vault-{uuid.uuid4().hex}", uuid.uuid4().hex
-    secrets.add(secret)
+    log_secrets.add(secret)
     install_log_redaction()
     caplog.set_level(logging.DEBUG)
 
@@ -50,10 +40,10 @@ def test_library_log_lines_lose_known_secrets_and_credential_headers(
 
 
 def test_a_short_secret_value_does_not_leave_a_cookie_in_clear(
-    caplog: pytest.LogCaptureFixture, secrets: Redactor
+    caplog: pytest.LogCaptureFixture, log_secrets: Redactor
 ) -> None:
     cookie = uuid.uuid4().hex
-    secrets.add("k")  # as a test's provider key, api_key: "k", registers it
+    log_secrets.add("k")  # as a test's provider key, api_key: "k", registers it
     install_log_redaction()
     caplog.set_level(logging.DEBUG)
 
