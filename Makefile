@@ -17,11 +17,10 @@ venv: $(BIN)/hatchway
 # Three workers on two cores: most tests wait on processes they start (servers, the CLI, the
 # clients of tests/interop), so a third worker fills the waits (10 min instead of 13.5 on two).
 # Each worker has its own PostgreSQL database and Redis prefixes; PYTEST_WORKERS=0 runs in-process.
-# --dist loadgroup: a module marked xdist_group (one costly world) runs on one worker; the rest as load.
 PYTEST_WORKERS ?= 3
 
 test: venv
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 run: venv
 	$(BIN)/hatchway serve --config $(CONFIG) --host 127.0.0.1 --port 8080

@@ -41,8 +41,7 @@ from tests.support.replicas import (
 )
 from tests.support.scripted_llm import Reply, ScriptedLLM
 
-# One worker runs the module: its world (two replicas) is built once, not once per worker.
-pytestmark = [*NEEDS_PG_AND_REDIS, pytest.mark.xdist_group("execute-once")]
+pytestmark = NEEDS_PG_AND_REDIS
 
 HOLD = 2.5
 """Seconds each execution takes after the server recorded it (the issue measured 1–12 s)."""

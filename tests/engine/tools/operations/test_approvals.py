@@ -28,8 +28,7 @@ from tests.support.backends import NEEDS_PG_AND_REDIS
 from tests.support.replicas import eventually
 from tests.support.servers import ServerThread
 
-# One worker runs the module: its world (two replicas) is built once, not once per worker.
-pytestmark = [*NEEDS_PG_AND_REDIS, pytest.mark.xdist_group("approvals-world")]
+pytestmark = NEEDS_PG_AND_REDIS
 
 HOOK_KEY = "whsec-approvals-test-key"
 LOOP_DEADLINE = 8.0

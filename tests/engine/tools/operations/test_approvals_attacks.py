@@ -35,8 +35,7 @@ from tests.support.backends import NEEDS_PG_AND_REDIS, REDIS_URL
 from tests.support.replicas import eventually
 from tests.support.servers import ServerThread
 
-# One worker runs the module: its world (two replicas) is built once, not once per worker.
-pytestmark = [*NEEDS_PG_AND_REDIS, pytest.mark.xdist_group("approvals-attacks")]
+pytestmark = NEEDS_PG_AND_REDIS
 
 UUID_SUBJECT = "3f8e1c52-9a4b-4d0e-8c1a-6b2f0e9d7a11"
 """A subject as many providers issue them (an object id)."""
