@@ -228,6 +228,13 @@ class Gateway:
         """Approvals beyond the end user: decided by verified people, executed once (``approvals.py``)."""
         for service in operation_binding.services.values():
             service.on_approval_requested = self.approvals.announce_requested
+        self.routes_approvals = not isinstance(settings.guards.confirm_when_tainted, bool) or any(
+            policy.approvals
+            for service in operation_binding.services.values()
+            for policy in service.tools.policies.values()
+        )
+        """Whether any operation can wait for approvers here (tool_policies.yaml ``approvals``, or
+        ``guards.confirm_when_tainted: {group|role}``): only then does this replica sweep timeouts."""
         self.replica_id = f"replica_{uuid.uuid4().hex[:16]}"
         """Names this process as the owner of the responses it runs (see ``responses/store.py``)."""
         self.tasks = TaskRegistry()
@@ -300,10 +307,11 @@ class Gateway:
         self.tasks.spawn("mcp:idle", keep_expiring(self.mcp_pool, sweep))
         if self.settings.operations.approvals.webhooks:
             self.tasks.spawn("approvals:notify", self.approval_notifier.run())
-        self.tasks.spawn(
-            "operations:approvals",
-            self.approvals.keep_expiring(self.settings.operations.approval_sweep_seconds),
-        )
+        if self.routes_approvals:
+            self.tasks.spawn(
+                "operations:approvals",
+                self.approvals.keep_expiring(self.settings.operations.approval_sweep_seconds),
+            )
         self.tasks.spawn(
             "logs:retention",
             keep_purging_logs(
