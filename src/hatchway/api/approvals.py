@@ -25,7 +25,7 @@ from hatchway.engine.tools.operations.approvals import (
     why_not_eligible,
 )
 from hatchway.engine.tools.operations.models import OperationApproval, OperationRecord, OperationStatus
-from hatchway.errors import NotFound
+from hatchway.errors import NotFound, PermissionDenied
 from hatchway.gateway import Gateway
 from hatchway.principal import Principal, Role
 
@@ -46,9 +46,10 @@ class Decision(BaseModel):
 
 
 def _approver_or_none(principal: Principal) -> Approver | None:
+    """The verified person behind ``principal``, or None (a key alone reads, but decides nothing)."""
     try:
         return Approver.of(principal)
-    except Exception:
+    except PermissionDenied:
         return None
 
 
