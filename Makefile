@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 CONFIG ?= examples/hatchway.yaml
 
-.PHONY: test run demo bench lint venv clean
+.PHONY: test run demo bench lint venv clean image image-test image-lock
 
 $(BIN)/hatchway: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,31 @@ bench: venv
 lint: venv
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
+
+# The container image (Dockerfile, docs/deploy.md). The version comes from src/hatchway/__init__.py;
+# pip's CA bundle, when pip names one (a TLS-inspecting proxy), goes to the build stage only.
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' src/hatchway/__init__.py)
+IMAGE ?= hatchway:$(VERSION)
+BASE_IMAGE ?= python:3.11-slim-bookworm
+DOCKER_BUILD_FLAGS ?= --network host
+
+image:
+	@cert=$${PIP_CERT:-$$($(PYTHON) -m pip config get global.cert 2>/dev/null || true)}; \
+	  if [ -n "$$cert" ] && [ -f "$$cert" ]; then cp "$$cert" deploy/docker/ca/build.pem; fi
+	docker build $(DOCKER_BUILD_FLAGS) --build-arg BASE_IMAGE=$(BASE_IMAGE) --build-arg VERSION=$(VERSION) \
+	  --build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) \
+	  --build-arg SOURCE=$$(git remote get-url origin 2>/dev/null || echo unknown) -t $(IMAGE) .
+
+# Build the image on a debootstrap base and run tests/image against it (what CI does).
+image-test: venv
+	.ci/image-test
+
+# Re-pin deploy/docker/requirements.txt from pyproject.toml's dependencies (a clean venv, pip freeze).
+image-lock:
+	rm -rf .image-lock && $(PYTHON) -m venv .image-lock && .image-lock/bin/pip install --quiet .
+	{ sed -n '1,3p' deploy/docker/requirements.txt; { .image-lock/bin/pip freeze --exclude hatchway; \
+	  grep ' ; ' deploy/docker/requirements.txt; } | sort -f; } > deploy/docker/requirements.new
+	mv deploy/docker/requirements.new deploy/docker/requirements.txt && rm -rf .image-lock
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hatchway

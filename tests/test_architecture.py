@@ -141,6 +141,7 @@ LAYERS: list[tuple[str, ...]] = [
         "hatchway.redaction",
         "hatchway.egress",
         "hatchway.json_limits",
+        "hatchway.environment",
     ),
     ("hatchway.config", "hatchway.store", "hatchway.vault"),
     ("hatchway.credentials", "hatchway.limits", "hatchway.access", "hatchway.audit"),

@@ -257,6 +257,22 @@ class Unavailable(HatchwayError):
     default_code = "unavailable"
 
 
+class SchemaNotCurrent(Unavailable):
+    """The database schema is not the one this release needs and this process does not migrate
+    (``migrate_on_start: false``): ``hatchway migrate`` has not run for this release yet."""
+
+    default_code = "schema_not_current"
+
+    def __init__(self, applied: frozenset[str], needed: frozenset[str]) -> None:
+        at = ", ".join(sorted(applied)) or "no migration applied"
+        super().__init__(
+            f"the database schema is at {at}; this release needs {', '.join(sorted(needed))}: run "
+            "`hatchway migrate` once for this release (migrate_on_start is false)"
+        )
+        self.applied = applied
+        self.needed = needed
+
+
 class IdentityProviderUnavailable(Unavailable):
     """The SSO identity provider cannot be reached, or its discovery document is not the issuer's."""
 

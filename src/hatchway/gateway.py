@@ -286,8 +286,12 @@ class Gateway:
         return overlaid(self.settings.limits, await self.limit_overrides.all())
 
     async def start(self) -> None:
-        """Apply migrations and start background writers."""
-        await self.db.migrate()
+        """Apply migrations (or, with ``migrate_on_start: false``, require them applied) and start
+        background writers."""
+        if self.settings.migrate_on_start:
+            await self.db.migrate()
+        else:
+            await self.db.require_current()
         await self.operations.recover(at_start=True)  # crashed executions → INTERRUPTED, never re-run
         self.log_writer.start()
         await self.limits.refresh()

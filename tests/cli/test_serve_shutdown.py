@@ -74,8 +74,64 @@ def test_sigterm_answers_requests_in_flight_and_keeps_their_log_records(
             proc.communicate()
 
     assert [r.status_code for r in responses] == [200] * IN_FLIGHT, stderr
+    assert proc.returncode == 0, stderr  # a drained stop is a clean exit, not death by SIGTERM (143)
     assert all(r.json()["choices"][0]["message"]["content"] for r in responses)
     log_ids = {r.headers["x-hatchway-request-id"] for r in responses}
     with sqlite3.connect(db_path) as db:
         stored = {row[0] for row in db.execute("SELECT id FROM request_logs WHERE status = 'ok'")}
     assert log_ids <= stored
+
+
+def test_drain_seconds_bounds_the_wait_for_a_request_that_never_ends(
+    tmp_path: Path, llm: ScriptedLLM
+) -> None:
+    """``drain_seconds``: past it the gateway closes what is still open and exits 0 (without it, an
+    upstream that never answers would hold the stop until the container runtime kills the process)."""
+    db_path = tmp_path / "h.db"
+    config = tmp_path / "hatchway.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "database_url": f"sqlite+aiosqlite:///{db_path}",
+                "providers": [{"id": "upstream", "base_url": llm.base_url}],
+                "models": [{"name": "gpt-4o", "provider": "upstream"}],
+                "drain_seconds": 1,
+            }
+        )
+    )
+    key = asyncio.run(create_org_key(f"sqlite+aiosqlite:///{db_path}")).key
+    never = threading.Event()
+    llm.default = Reply(text="never sent", gate=never)
+    port = free_port()
+    proc = subprocess.Popen(
+        [*HATCHWAY, "serve", "--config", str(config), "--port", str(port), "--log-level", "info"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(lambda: accepts_connections(port), timeout=120, message="hatchway serve to listen")
+        with ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(
+                httpx.post,
+                f"http://127.0.0.1:{port}/v1/chat/completions",
+                json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hang"}]},
+                headers={"authorization": f"Bearer {key}"},
+                timeout=120,
+            )
+            wait_until(lambda: len(llm.requests) == 1, timeout=30, message="the request upstream")
+            proc.send_signal(signal.SIGTERM)
+            _, stderr = proc.communicate(timeout=90)  # the upstream is still holding the answer
+            assert not never.is_set()
+            try:
+                answer.result(timeout=30)
+            except httpx.HTTPError:
+                pass  # closed by the gateway once the drain ran out: what drain_seconds promises
+    finally:
+        never.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, stderr
+    assert "Cancel" in stderr or "timeout" in stderr.lower() or "Waiting for" in stderr, stderr[-2000:]

@@ -23,7 +23,6 @@ import asyncio
 import hashlib
 import hmac
 import logging
-import os
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -40,6 +39,7 @@ from sqlalchemy import delete, func, select
 from hatchway.access.jwks import KeySet, TokenInvalid, get_json
 from hatchway.access.sessions import Grants, SsoLoginRow
 from hatchway.config.access import SsoSettings
+from hatchway.environment import env_value
 from hatchway.errors import IdentityProviderUnavailable as ProviderUnavailable
 from hatchway.errors import NoRoleMapped, NotFound, SignInFailed, SignInInvalid
 from hatchway.principal import Role
@@ -338,7 +338,7 @@ class SignIn:
         if ref is None:
             return None
         if ref.startswith("env:"):
-            value = os.environ.get(ref[4:])
+            value = env_value(ref[4:])
             if not value:
                 raise ProviderUnavailable(
                     f"access.sso.client_secret: environment variable {ref[4:]} is not set"

@@ -15,6 +15,7 @@ from typing import Any
 COMMANDS: dict[str, str] = {
     # command: its module under hatchway.cli; in the order of `hatchway --help` within each panel
     "serve": "serve",
+    "migrate": "serve",
     "worker": "worker",
     "demo": "demo",
     "orgs": "admin",

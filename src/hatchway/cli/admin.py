@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import os
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -66,8 +67,13 @@ async def with_admin(config_path: Path, action: Callable[[Administration], Await
 
 def cli_actor() -> Actor:
     """The person at the terminal, as the audit trail names them: the CLI holds the database and the
-    master key, so it acts as a platform admin."""
-    return Actor(f"cli:{getpass.getuser()}", Role.PLATFORM)
+    master key, so it acts as a platform admin. In a container run under a uid with no passwd entry
+    (OpenShift's arbitrary uids) the user is named by the uid."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid-{os.getuid()}"
+    return Actor(f"cli:{user}", Role.PLATFORM)
 
 
 @orgs_app.command("create", epilog=examples("hatchway orgs create acme --config examples/hatchway.yaml"))

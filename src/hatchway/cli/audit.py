@@ -7,7 +7,6 @@ without one, chains are still checked entry by entry, but no signature is, and t
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Awaitable, Callable
 from contextlib import ExitStack
@@ -32,7 +31,8 @@ from hatchway.cli.program import (
     settings_from,
 )
 from hatchway.config.settings import Settings
-from hatchway.errors import MasterKeyError, NotFound
+from hatchway.environment import env_value
+from hatchway.errors import ConfigError, MasterKeyError, NotFound
 from hatchway.store.db import Database
 from hatchway.store.orgs import OrgStore
 from hatchway.vault.master_key import ENV_VAR, MasterKey, decode_key, read_key_file
@@ -48,14 +48,14 @@ OrgOption = Annotated[
 
 
 def existing_master_key(settings: Settings | None) -> MasterKey | None:
-    """``HATCHWAY_MASTER_KEY``, else the key file when it exists; None rather than a new key. A key
-    that cannot be read (malformed, too widely readable) exits with the reason."""
+    """``HATCHWAY_MASTER_KEY`` (or ``_FILE``), else the key file when it exists; None rather than a new
+    key. A key that cannot be read (malformed, too widely readable) exits with the reason."""
     try:
-        if value := os.environ.get(ENV_VAR):
+        if value := env_value(ENV_VAR):  # or HATCHWAY_MASTER_KEY_FILE
             return decode_key(value, ENV_VAR)
         if settings is not None and Path(settings.master_key_file).exists():
             return read_key_file(Path(settings.master_key_file))
-    except MasterKeyError as exc:
+    except (MasterKeyError, ConfigError) as exc:
         raise fail(exc.message) from None
     return None
 

@@ -31,8 +31,21 @@ app = typer.Typer(
 )
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        from hatchway import __version__
+
+        typer.echo(f"hatchway {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _group() -> None:
+def _group(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
     # The program is a group of commands even when only the one being run is imported
     # (hatchway/cli/__init__.py): Typer would run a lone command as the program itself.
     pass

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
 from pathlib import Path
 from typing import Annotated, Literal, get_args
@@ -14,6 +13,8 @@ from hatchway.config.access import AccessSettings, AuditSettings
 from hatchway.config.agents import Approvers, OperationSettings
 from hatchway.config.background import BackgroundSettings
 from hatchway.config.loading import StrictModel, load_yaml_model
+from hatchway.environment import env_value
+from hatchway.errors import ConfigError
 from hatchway.vault.names import ref_problem
 
 DEFAULT_CONFIG_PATH = "hatchway.yaml"
@@ -557,7 +558,17 @@ class Settings(StrictModel):
     deployments sharing one Redis need different ones."""
     master_key_file: str = "./.hatchway/master.key"
     """The vault's master key, created with mode 0600 on first start; ``HATCHWAY_MASTER_KEY`` (32 bytes,
-    base64) takes precedence."""
+    base64) or ``HATCHWAY_MASTER_KEY_FILE`` (a file holding them: a Docker or Kubernetes secret) takes
+    precedence."""
+    migrate_on_start: bool = True
+    """``hatchway serve`` and ``hatchway worker`` apply the database migrations as they start (under a
+    lock: replicas starting together apply them once). ``false`` for deployments that run ``hatchway
+    migrate`` once per rollout (a Job, an init container): a process then refuses to start, exit 1,
+    while the schema is not the one its release needs (docs/deploy.md, "Rolling upgrades")."""
+    drain_seconds: Annotated[float, Field(ge=0, le=3600)] = 30.0
+    """On SIGTERM ``hatchway serve`` stops accepting connections and lets requests in flight finish
+    for up to this long, then closes them. Keep a container's stop timeout (Kubernetes:
+    ``terminationGracePeriodSeconds``) above it."""
     providers: Annotated[list[ProviderConfig], Field(min_length=1)]
     """Upstream OpenAI-compatible endpoints; at least one."""
     models: list[ModelConfig] = Field(default_factory=list)
@@ -743,11 +754,29 @@ class Settings(StrictModel):
 
 
 def apply_env_overrides(settings: Settings) -> Settings:
-    """``HATCHWAY_DATABASE_URL`` / ``HATCHWAY_REDIS_URL`` win over the file (deployments, tests)."""
-    if url := os.environ.get("HATCHWAY_DATABASE_URL"):
+    """``HATCHWAY_DATABASE_URL`` / ``HATCHWAY_REDIS_URL`` (or their ``_FILE`` forms) win over the
+    file (deployments, tests); ``HATCHWAY_DATABASE_PASSWORD`` (or ``_FILE``) is put into the database
+    URL, so the URL in a ConfigMap or hatchway.yaml carries none."""
+    if url := env_value("HATCHWAY_DATABASE_URL"):
         settings.database_url = url
-    if url := os.environ.get("HATCHWAY_REDIS_URL"):
+    if url := env_value("HATCHWAY_REDIS_URL"):
         settings.redis_url = url
+    if (password := env_value("HATCHWAY_DATABASE_PASSWORD")) is not None:
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            url = make_url(settings.database_url)
+        except ArgumentError:
+            raise ConfigError(
+                "environment", [("HATCHWAY_DATABASE_PASSWORD", "database_url is not a database URL")]
+            ) from None
+        if url.get_backend_name() == "sqlite":
+            raise ConfigError(
+                "environment",
+                [("HATCHWAY_DATABASE_PASSWORD", "database_url is SQLite, which takes no password")],
+            )
+        settings.database_url = url.set(password=password).render_as_string(hide_password=False)
     return settings
 
 

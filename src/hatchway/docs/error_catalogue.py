@@ -108,6 +108,9 @@ MEANINGS: dict[str, str] = {
     "retry after the `retry-after` seconds.",
     "sso_provider_unavailable": "The SSO identity provider could not be reached, its discovery document "
     "names another issuer than `access.sso.issuer`, or the client secret is not set.",
+    "schema_not_current": "Not an HTTP answer: `hatchway serve` or `hatchway worker` with "
+    "`migrate_on_start: false` found the database schema behind (or ahead of) its release and exits 1; "
+    "run `hatchway migrate` (docs/deploy.md).",
     "internal_error": "A bug in the gateway. The response (or stored response) says only this; the "
     "gateway's log has the details.",
     "upstream_error": "The upstream model provider failed.",

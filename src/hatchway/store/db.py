@@ -15,7 +15,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.engine.url import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
-from hatchway.errors import Unavailable
+from hatchway.errors import SchemaNotCurrent, Unavailable
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 _MIGRATION_LOCK_ID = 0x4A7C_0001  # PostgreSQL advisory lock: one replica migrates at a time
@@ -124,6 +124,18 @@ class Database:
                     await conn.execute(text("SELECT pg_advisory_unlock(:id)"), {"id": _MIGRATION_LOCK_ID})
                     await conn.commit()
 
+    async def applied_revisions(self) -> frozenset[str]:
+        """The migration revisions the database is at; empty before the first migration."""
+        async with self.engine.connect() as conn:
+            return await conn.run_sync(_applied)
+
+    async def require_current(self) -> None:
+        """Raise SchemaNotCurrent unless the database is at this release's migration heads (a process
+        that does not migrate as it starts: ``migrate_on_start: false``)."""
+        applied = await self.applied_revisions()
+        if applied != script_heads():
+            raise SchemaNotCurrent(applied, script_heads())
+
     async def ping(self) -> None:
         async with self.engine.connect() as conn:
             await conn.execute(text("SELECT 1"))
@@ -157,11 +169,14 @@ def script_heads() -> frozenset[str]:
     return frozenset(revisions - parents)
 
 
-def _at_heads(connection: Connection) -> bool:
+def _applied(connection: Connection) -> frozenset[str]:
     if not inspect(connection).has_table("alembic_version"):
-        return False
-    applied = connection.execute(text("SELECT version_num FROM alembic_version")).scalars()
-    return frozenset(applied) == script_heads()
+        return frozenset()
+    return frozenset(connection.execute(text("SELECT version_num FROM alembic_version")).scalars())
+
+
+def _at_heads(connection: Connection) -> bool:
+    return _applied(connection) == script_heads()
 
 
 def _upgrade(connection: Connection) -> None:

@@ -17,6 +17,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hatchway.environment import env_value
 from hatchway.errors import MasterKeyError
 
 ENV_VAR = "HATCHWAY_MASTER_KEY"
@@ -61,9 +62,13 @@ def encode_key(key: MasterKey) -> str:
 
 
 def load_master_key(key_file: str | Path, *, env: dict[str, str] | None = None) -> MasterKey:
-    """The key from ``HATCHWAY_MASTER_KEY`` when set, else from ``key_file`` (created when missing)."""
-    environ = os.environ if env is None else env
-    if value := environ.get(ENV_VAR):
+    """The key from ``HATCHWAY_MASTER_KEY`` (or the file ``HATCHWAY_MASTER_KEY_FILE`` names) when set,
+    else from ``key_file`` (created when missing).
+
+    A ``_FILE`` secret is not held to ``key_file``'s mode 0600: the container runtime mounts it (Docker
+    and Compose secrets are 0444, Kubernetes' Secret volumes 0644 by default) and the container's
+    boundary, not the mode, is what keeps it; ``key_file`` is one this process may have made itself."""
+    if value := env_value(ENV_VAR, os.environ if env is None else env):
         return decode_key(value, ENV_VAR)
     path = Path(key_file)
     if not path.exists():

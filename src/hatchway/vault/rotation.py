@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from hatchway.environment import env_value
 from hatchway.errors import MasterKeyError
 from hatchway.vault.master_key import (
     ENV_VAR,
@@ -54,13 +55,13 @@ def backup_path(key_file: Path) -> Path:
 
 def current_and_new_keys(key_file: Path, env: Mapping[str, str]) -> tuple[MasterKey, MasterKey]:
     """The key in use and the one to rotate to (step 1 above)."""
-    if env.get(ENV_VAR):
-        if not env.get(NEW_KEY_ENV_VAR):
+    if current := env_value(ENV_VAR, env):  # or ENV_VAR_FILE: a Docker or Kubernetes secret
+        if not (new_key := env_value(NEW_KEY_ENV_VAR, env)):
             raise MasterKeyError(
                 f"the master key comes from {ENV_VAR}: put the new key (32 bytes, base64) in "
-                f"{NEW_KEY_ENV_VAR} to rotate, then swap the variables"
+                f"{NEW_KEY_ENV_VAR} (or {NEW_KEY_ENV_VAR}_FILE) to rotate, then swap the variables"
             )
-        return decode_key(env[ENV_VAR], ENV_VAR), decode_key(env[NEW_KEY_ENV_VAR], NEW_KEY_ENV_VAR)
+        return decode_key(current, ENV_VAR), decode_key(new_key, NEW_KEY_ENV_VAR)
     if not key_file.exists():
         raise MasterKeyError(f"{key_file}: no master key file to rotate (and {ENV_VAR} is not set)")
     current = read_key_file(key_file)

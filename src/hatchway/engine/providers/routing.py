@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -16,6 +15,7 @@ from hatchway.engine.providers.gemini import GeminiProvider
 from hatchway.engine.providers.openai_compat import OpenAICompatProvider
 from hatchway.engine.providers.pooled import PooledProvider
 from hatchway.engine.providers.priced import PricedProvider
+from hatchway.environment import env_value
 from hatchway.errors import ConfigError, ModelNotFound
 from hatchway.redaction import Redactor
 
@@ -43,7 +43,7 @@ def resolve_api_key(value: str | None) -> str | None:
     if not value or value.startswith("secret."):
         return None
     if value.startswith("env:"):
-        return os.environ.get(value[4:]) or None
+        return env_value(value[4:])  # or the file NAME_FILE names (a Docker or Kubernetes secret)
     return value
 
 
@@ -59,10 +59,15 @@ class ModelRouter:
         """Every provider's API key once known (literal and ``env:`` at start, ``secret.`` on first
         use): scrubbed from upstream errors and, as every run's ``known_secrets``, from runs."""
         for i, cfg in enumerate(settings.providers):
-            if cfg.api_key and cfg.api_key.startswith("env:") and cfg.api_key[4:] not in os.environ:
+            if cfg.api_key and cfg.api_key.startswith("env:") and env_value(cfg.api_key[4:]) is None:
                 raise ConfigError(
                     "hatchway.yaml",
-                    [(f"providers[{i}].api_key", f"environment variable {cfg.api_key[4:]} is not set")],
+                    [
+                        (
+                            f"providers[{i}].api_key",
+                            f"environment variable {cfg.api_key[4:]} (or {cfg.api_key[4:]}_FILE) is not set",
+                        )
+                    ],
                 )
             key_source = None
             if cfg.api_key and cfg.api_key.startswith("secret."):

@@ -21,7 +21,6 @@ import asyncio
 import hashlib
 import hmac
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,6 +46,7 @@ from hatchway.engine.tools.operations.deliveries import (
 )
 from hatchway.engine.tools.operations.models import OperationRecord
 from hatchway.engine.tools.operations.notification_payloads import FORMATS, approval_payload, wants
+from hatchway.environment import env_value
 from hatchway.errors import ConfigError, SecretNotFound
 from hatchway.store.columns import clean_json
 from hatchway.store.db import Database
@@ -283,7 +283,7 @@ class ApprovalNotifier:
         if ref is None:
             return None
         if ref.startswith("env:"):
-            value = os.environ.get(ref[4:])
+            value = env_value(ref[4:])
             if not value:
                 raise SigningKeyMissing(f"environment variable {ref[4:]} is not set")
             return value.encode()
@@ -336,7 +336,7 @@ def _check_environment(settings: ApprovalSettings) -> None:
     problems = [
         (f"operations.approvals.webhooks[{i}].secret", f"environment variable {hook.secret[4:]} is not set")
         for i, hook in enumerate(settings.webhooks)
-        if hook.secret is not None and hook.secret.startswith("env:") and not os.environ.get(hook.secret[4:])
+        if hook.secret is not None and hook.secret.startswith("env:") and not env_value(hook.secret[4:])
     ]
     if problems:
         raise ConfigError("hatchway.yaml", problems)
