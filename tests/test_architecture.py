@@ -123,6 +123,7 @@ def test_the_folders_are_the_boxes_of_the_design() -> None:
         "engine/tools/operations/__init__.py",
         "engine/tools/subagents/__init__.py",
         "responses/__init__.py",
+        "a2a/__init__.py",
         "config/__init__.py",
         "vault/__init__.py",
         "store/__init__.py",
@@ -146,7 +147,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("hatchway.config", "hatchway.store", "hatchway.vault"),
     ("hatchway.credentials", "hatchway.limits", "hatchway.access", "hatchway.audit"),
     ("hatchway.engine",),
-    ("hatchway.responses", "hatchway.mcp_server"),
+    ("hatchway.responses", "hatchway.mcp_server", "hatchway.a2a"),
     ("hatchway.api", "hatchway.cli"),
 ]
 """DESIGN.md's boxes, lowest first: a module imports only from its own layer or those below it."""

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
+from hatchway import __version__
 from hatchway.config.settings import load_settings
 from hatchway.environment import env_value
 from tests.support.paths import ROOT
@@ -33,7 +34,7 @@ KUBERNETES = ROOT / "deploy" / "kubernetes"
 KUSTOMIZATIONS = ("base", "overlays/single", "overlays/ha")
 TOOLS = ROOT / ".ci" / "deploy-venv" / "bin"
 INSTALL = "python3 -m venv .ci/deploy-venv; .ci/deploy-venv/bin/pip install -r .ci/deploy-requirements.txt"
-IMAGE = "hatchway:0.1.0"
+IMAGE = f"hatchway:{__version__}"  # the kustomization's newTag must follow the package
 UID = 10001
 
 JUSTIFIED_SKIPS = {

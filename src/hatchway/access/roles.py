@@ -36,6 +36,8 @@ ROUTE_ROLES: dict[tuple[str, str], frozenset[Role]] = {
     ("POST", "/mcp/{name}"): APP,
     ("GET", "/mcp/{name}"): APP,
     ("DELETE", "/mcp/{name}"): APP,
+    ("POST", "/a2a/{agent}"): APP,  # A2A (api/a2a.py): sending messages, cancelling tasks
+    ("GET", "/a2a/{agent}"): APP,  # …and reading them (HTTP+JSON binding): tasks are per end user
     ("GET", "/v1/responses/{response_id}"): READ,
     ("GET", "/v1/responses/{response_id}/input_items"): READ,
     ("GET", "/v1/models"): READ,

@@ -10,6 +10,7 @@ from types import MappingProxyType
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from hatchway import __version__
 from hatchway.api import (
     admin,
     approvals,
@@ -51,6 +52,8 @@ class GatewayApp(FastAPI):
     direct_routes: Mapping[str, ASGIApp] = MappingProxyType({})
     mcp_endpoints: ASGIApp | None = None
     """``/mcp/{name}``: the virtual MCP servers (``api/mcp_endpoints``), when any is configured."""
+    a2a_agents: ASGIApp | None = None
+    """``/a2a/{agent}``: the agents published over A2A (``api/a2a.py``), when any is."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -63,6 +66,9 @@ class GatewayApp(FastAPI):
                 return
             if self.mcp_endpoints is not None and scope["path"].startswith(_MCP_PATHS):
                 await self.mcp_endpoints(scope, receive, send)
+                return
+            if self.a2a_agents is not None and scope["path"].startswith("/a2a/"):
+                await self.a2a_agents(scope, receive, send)
                 return
         await super().__call__(scope, receive, send)
 
@@ -110,7 +116,7 @@ def create_app(
                 await endpoints.close()
             await gw.close()
 
-    app = GatewayApp(title="Hatchway", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = GatewayApp(title="Hatchway", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.gateway = gw
     app.state.mcp_endpoints = endpoints
     """The ``McpEndpoints`` (``api/mcp_endpoints``), or None: what ``GET /v1/mcp/endpoints`` describes."""
@@ -148,4 +154,8 @@ def create_app(
     app.direct_routes = direct
     if endpoints is not None:  # logged, measured and answered in the gateway's error shape like /v1
         app.mcp_endpoints = ObservabilityMiddleware(ErrorMiddleware(endpoints), **observed)
+    if any(agent.a2a.publish for agent in settings.agents):  # the A2A SDK loads only when one is published
+        from hatchway.api.a2a import A2AAgents
+
+        app.a2a_agents = ObservabilityMiddleware(ErrorMiddleware(A2AAgents(gw)), **observed)
     return app

@@ -31,6 +31,7 @@ from mcp.client.auth.utils import (
     extract_resource_metadata_from_www_auth,
 )
 
+from hatchway import __version__
 from hatchway.config.token_endpoints import token_url_problem
 from hatchway.errors import McpAuthError
 
@@ -42,7 +43,7 @@ _PROBE_BODY = {
     "params": {
         "protocolVersion": "2025-11-25",
         "capabilities": {},
-        "clientInfo": {"name": "hatchway-discovery", "version": "0.1.0"},
+        "clientInfo": {"name": "hatchway-discovery", "version": __version__},
     },
 }
 

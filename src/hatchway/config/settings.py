@@ -286,6 +286,33 @@ class SubagentSettings(StrictModel):
     this agent only."""
 
 
+class AgentA2ASettings(StrictModel):
+    """The agent published as an A2A 1.0 agent (docs/a2a.md): its Agent Card at
+    ``/a2a/<name>/.well-known/agent-card.json``, JSON-RPC at ``/a2a/<name>`` and HTTP+JSON under
+    ``/a2a/<name>/rest``; a task is a stored background response."""
+
+    publish: bool = False
+    """Serve this agent over A2A (off unless set: an agent is published by the operator's choice)."""
+    description: Annotated[str, Field(max_length=2000)] | None = None
+    """The card's description (default: the first line of the agent's instructions)."""
+    skills: Annotated[list[A2ASkill], Field(max_length=64)] = Field(default_factory=list)
+    """The card's skills; default: one per tool of the agent's tools.yaml (or one for the agent)."""
+
+
+class A2ASkill(StrictModel):
+    """One skill of an Agent Card."""
+
+    id: Annotated[str, Field(pattern=_ID)]
+    name: Annotated[str, Field(min_length=1, max_length=200)]
+    description: Annotated[str, Field(max_length=2000)] = ""
+    tags: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=32)] = Field(
+        default_factory=list
+    )
+    examples: Annotated[list[Annotated[str, Field(max_length=500)]], Field(max_length=16)] = Field(
+        default_factory=list
+    )
+
+
 class AgentConfig(StrictModel):
     """An agent addressed as model ``agent:<name>``."""
 
@@ -314,6 +341,8 @@ class AgentConfig(StrictModel):
     """The same in USD (``agent.max_run_cost_usd``)."""
     max_run_tool_calls: Annotated[int | None, Field(ge=1)] = None
     """The same in gateway tool calls (``agent.max_run_tool_calls``)."""
+    a2a: AgentA2ASettings = Field(default_factory=AgentA2ASettings)
+    """Publish the agent over A2A (``a2a.publish: true``; docs/a2a.md)."""
 
     @model_validator(mode="after")
     def _tool_files(self) -> AgentConfig:
@@ -756,11 +785,12 @@ class Settings(StrictModel):
 def apply_env_overrides(settings: Settings) -> Settings:
     """``HATCHWAY_DATABASE_URL`` / ``HATCHWAY_REDIS_URL`` (or their ``_FILE`` forms) win over the
     file (deployments, tests); ``HATCHWAY_DATABASE_PASSWORD`` (or ``_FILE``) is put into the database
-    URL, so the URL in a ConfigMap or hatchway.yaml carries none."""
+    URL, so the URL in a ConfigMap or hatchway.yaml carries none. A bad value is a ConfigError naming
+    the variable, never the value (a URL may hold a password)."""
     if url := env_value("HATCHWAY_DATABASE_URL"):
-        settings.database_url = url
+        _assign_from_env(settings, "database_url", "HATCHWAY_DATABASE_URL", url)
     if url := env_value("HATCHWAY_REDIS_URL"):
-        settings.redis_url = url
+        _assign_from_env(settings, "redis_url", "HATCHWAY_REDIS_URL", url)
     if (password := env_value("HATCHWAY_DATABASE_PASSWORD")) is not None:
         from sqlalchemy.engine import make_url
         from sqlalchemy.exc import ArgumentError
@@ -776,8 +806,29 @@ def apply_env_overrides(settings: Settings) -> Settings:
                 "environment",
                 [("HATCHWAY_DATABASE_PASSWORD", "database_url is SQLite, which takes no password")],
             )
+        if not url.username:  # rendered without a user, the URL would silently leave the password out
+            raise ConfigError(
+                "environment",
+                [
+                    (
+                        "HATCHWAY_DATABASE_PASSWORD",
+                        "database_url names no user for the password to go with: put one in it "
+                        "(postgresql+asyncpg://USER@host:5432/db)",
+                    )
+                ],
+            )
         settings.database_url = url.set(password=password).render_as_string(hide_password=False)
     return settings
+
+
+def _assign_from_env(settings: Settings, field: str, variable: str, value: str) -> None:
+    from pydantic import ValidationError
+
+    try:
+        setattr(settings, field, value)
+    except ValidationError as exc:  # its text shows the input: the URL and any password in it
+        problems = [(variable, str(error["msg"]).removeprefix("Value error, ")) for error in exc.errors()]
+        raise ConfigError("environment", problems) from None
 
 
 def load_settings(path: str | Path = DEFAULT_CONFIG_PATH) -> Settings:

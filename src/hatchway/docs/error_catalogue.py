@@ -108,6 +108,8 @@ MEANINGS: dict[str, str] = {
     "retry after the `retry-after` seconds.",
     "sso_provider_unavailable": "The SSO identity provider could not be reached, its discovery document "
     "names another issuer than `access.sso.issuer`, or the client secret is not set.",
+    "task_not_found": "An A2A task id that is not this organisation's and end user's on this agent (or does "
+    "not exist); over A2A it is answered as the protocol's TaskNotFoundError.",
     "schema_not_current": "Not an HTTP answer: `hatchway serve` or `hatchway worker` with "
     "`migrate_on_start: false` found the database schema behind (or ahead of) its release and exits 1; "
     "run `hatchway migrate` (docs/deploy.md).",

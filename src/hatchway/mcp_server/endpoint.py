@@ -39,6 +39,7 @@ from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, decode_header
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
+from hatchway import __version__
 from hatchway.config.plugin import McpServerConfig, PluginConfig
 from hatchway.config.settings import McpEndpointConfig
 from hatchway.engine.context import RunContext
@@ -145,7 +146,7 @@ class Endpoint:
         hints = {method: CacheHint(ttl_ms=0, scope="private") for method in CACHEABLE_METHODS}
         answering = {name: self._answering(handler) for name, handler in handlers.items()}
         self.server = _EndpointServer(
-            f"hatchway-{config.name}", version="0.1.0", cache_hints=hints, **answering
+            f"hatchway-{config.name}", version=__version__, cache_hints=hints, **answering
         )
         # The endpoint's own requestState (a confirmation, a relayed round) is sealed under a key
         # derived from the master key (every replica has it), bound to the caller and this endpoint.

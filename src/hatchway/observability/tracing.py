@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from opentelemetry.trace import Tracer
 
+from hatchway import __version__
 from hatchway.config.settings import Settings
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ class Tracing:
     def __init__(self, provider: TracerProvider | None, *, owned: bool = False) -> None:
         self.provider = provider
         self.owned = owned
-        self.tracer: Tracer | None = provider.get_tracer(TRACER_NAME, "0.1.0") if provider else None
+        self.tracer: Tracer | None = provider.get_tracer(TRACER_NAME, __version__) if provider else None
 
     @property
     def enabled(self) -> bool:

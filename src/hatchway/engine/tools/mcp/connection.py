@@ -24,6 +24,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CLIENT_CAPABILITIES_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from hatchway import __version__
 from hatchway.config.plugin import McpServerConfig
 from hatchway.engine.tools.mcp.http import RequestScope, scope_capabilities, scoped_http_client
 from hatchway.engine.tools.mcp.inputs import (
@@ -38,7 +39,7 @@ from hatchway.store.cache import Cache
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
-_CLIENT_INFO = types.Implementation(name="hatchway", version="0.1.0")
+_CLIENT_INFO = types.Implementation(name="hatchway", version=__version__)
 _CLOSE_GRACE_SECONDS = 5.0
 _MAX_TOOL_PAGES = 50
 

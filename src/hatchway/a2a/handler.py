@@ -1,0 +1,339 @@
+"""``AgentTasks``: the A2A SDK's ``RequestHandler`` over Hatchway's Responses lifecycle, for one
+published agent.
+
+The SDK parses and answers both bindings (JSON-RPC, HTTP+JSON) and streams; this class decides what
+each method means here. A task is a background response of ``agent:<name>`` (stored, so it survives
+a restart, runs on any worker, is read and cancelled from any replica); its context is the chain of
+the responses of the same ``contextId``. Who asks comes from the API layer, already authenticated
+(``Caller`` in the call context's state): tasks are per organisation and end user.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from typing import Any
+
+from a2a.server.context import ServerCallContext
+from a2a.server.events.event_queue import Event
+from a2a.server.request_handlers.request_handler import RequestHandler
+from a2a.types import (
+    AgentCard,
+    CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetExtendedAgentCardRequest,
+    GetTaskPushNotificationConfigRequest,
+    GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
+    ListTaskPushNotificationConfigsResponse,
+    ListTasksRequest,
+    ListTasksResponse,
+    Message,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    Task,
+    TaskPushNotificationConfig,
+    TaskState,
+)
+from a2a.utils.errors import (
+    A2AError,
+    ExtendedAgentCardNotConfiguredError,
+    InternalError,
+    InvalidParamsError,
+    PushNotificationNotSupportedError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+)
+
+from hatchway.a2a.store import A2ATaskRecord, A2ATasks, new_context_id
+from hatchway.a2a.tasks import (
+    ENDED,
+    STATES,
+    TERMINAL_EVENTS,
+    input_of,
+    state_of,
+    status_update,
+    task_of,
+    text_update,
+)
+from hatchway.engine.context import RunContext
+from hatchway.errors import Conflict, HatchwayError, InvalidRequest, NotFound
+from hatchway.responses.service import Responses
+from hatchway.responses.store import ACTIVE, ResponseRecord
+from hatchway.responses.wire import CreateResponseRequest
+
+CALLER = "hatchway.caller"
+"""The key of the ``Caller`` in a ``ServerCallContext``'s state."""
+
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """The authenticated request: its run context (principal, end user, headers, deadline)."""
+
+    ctx: RunContext
+
+    @property
+    def org_id(self) -> str:
+        return self.ctx.principal.org_id
+
+    @property
+    def end_user(self) -> str | None:
+        return self.ctx.on_behalf_of
+
+
+class AgentTasks(RequestHandler):
+    def __init__(self, agent: str, responses: Responses, tasks: A2ATasks) -> None:
+        self.agent = agent
+        self.model = f"agent:{agent}"
+        self.responses = responses
+        self.tasks = tasks
+
+    # -- messages -------------------------------------------------------------------------------
+
+    async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
+        """A new task, answered when it ends (or at once with ``returnImmediately``)."""
+        caller = _caller(context)
+        task, response = await self._start(params, caller)
+        if response is not None and not params.configuration.return_immediately:
+            async for _ in self._events(response):
+                pass  # the run's events: their end is the task's
+        return await self._task(caller, task, history_length=_history_length(params))
+
+    async def on_message_send_stream(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event]:
+        """The task at once, then its state and its answer as they change, until it ends."""
+        caller = _caller(context)
+        task, response = await self._start(params, caller)
+        yield await self._task(caller, task, history_length=_history_length(params))
+        if response is not None:
+            async for event in self._updates(caller, task, response):
+                yield event
+
+    # -- tasks ----------------------------------------------------------------------------------
+
+    async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
+        caller = _caller(context)
+        task = await self._owned(caller, params.id)
+        length = params.history_length if params.HasField("history_length") else None
+        return await self._task(caller, task, history_length=length)
+
+    async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
+        caller = _caller(context)
+        size = params.page_size if params.HasField("page_size") else DEFAULT_PAGE_SIZE
+        if not 1 <= size <= MAX_PAGE_SIZE:
+            raise InvalidParamsError(message=f"pageSize: between 1 and {MAX_PAGE_SIZE}")
+        try:
+            offset = int(params.page_token or 0)
+        except ValueError:
+            raise InvalidParamsError(message="pageToken: not a token this server gave") from None
+        if offset < 0:
+            raise InvalidParamsError(message="pageToken: not a token this server gave")
+        rows, total = await self.tasks.page(
+            caller.org_id,
+            self.agent,
+            caller.end_user,
+            context_id=params.context_id or None,
+            offset=offset,
+            limit=size,
+        )
+        length = params.history_length if params.HasField("history_length") else 0
+        found = [
+            await self._task(caller, row, history_length=length, include_artifacts=params.include_artifacts)
+            for row in rows
+        ]
+        if params.status != TaskState.TASK_STATE_UNSPECIFIED:
+            found = [t for t in found if t.status.state == params.status]
+        more = offset + len(rows) < total
+        return ListTasksResponse(
+            tasks=found,
+            next_page_token=str(offset + len(rows)) if more else "",
+            page_size=size,
+            total_size=total,
+        )
+
+    async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
+        caller = _caller(context)
+        task = await self._owned(caller, params.id)
+        response = await self.responses.get(caller.org_id, task.response_id) if task.response_id else None
+        if response is None or response.status not in ACTIVE:
+            state = TaskState.Name(state_of(task, response))
+            raise TaskNotCancelableError(message=f"task {task.id} has already ended ({state})")
+        try:
+            await self.responses.cancel(caller.org_id, response.id)
+        except Conflict as exc:
+            raise TaskNotCancelableError(message=exc.message) from None
+        return await self._task(caller, task)
+
+    async def on_subscribe_to_task(
+        self, params: SubscribeToTaskRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event]:
+        """The task as it is now, then its changes until it ends (from any replica: a response
+        running elsewhere is followed through the store)."""
+        caller = _caller(context)
+        task = await self._owned(caller, params.id)
+        snapshot = await self._task(caller, task)
+        if snapshot.status.state in ENDED:
+            raise InvalidParamsError(
+                message=f"task {task.id} has already ended ({TaskState.Name(snapshot.status.state)})"
+            )
+        yield snapshot
+        assert task.response_id is not None
+        response = await self.responses.get(caller.org_id, task.response_id)
+        async for event in self._updates(caller, task, response):
+            yield event
+
+    # -- what this server does not offer (its card says so) ------------------------------------
+
+    async def on_create_task_push_notification_config(
+        self, params: TaskPushNotificationConfig, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        raise PushNotificationNotSupportedError()
+
+    async def on_get_task_push_notification_config(
+        self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        raise PushNotificationNotSupportedError()
+
+    async def on_list_task_push_notification_configs(
+        self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
+    ) -> ListTaskPushNotificationConfigsResponse:
+        raise PushNotificationNotSupportedError()
+
+    async def on_delete_task_push_notification_config(
+        self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> None:
+        raise PushNotificationNotSupportedError()
+
+    async def on_get_extended_agent_card(
+        self, params: GetExtendedAgentCardRequest, context: ServerCallContext
+    ) -> AgentCard:
+        raise ExtendedAgentCardNotConfiguredError()
+
+    # -- the lifecycle --------------------------------------------------------------------------
+
+    async def _start(
+        self, params: SendMessageRequest, caller: Caller
+    ) -> tuple[A2ATaskRecord, ResponseRecord | None]:
+        """The task a message starts: a background response of the agent, after the context's last."""
+        message = params.message
+        if message.task_id:
+            # Every task here ends its turn when its response ends; nothing waits for more input.
+            await self._owned(caller, message.task_id)
+            raise InvalidParamsError(
+                message=f"task {message.task_id} has ended; send the next message with its contextId instead"
+            )
+        items = input_of(message)
+        context_id = message.context_id or new_context_id()
+        previous = await self.tasks.latest_in_context(caller.org_id, self.agent, caller.end_user, context_id)
+        if previous is not None and previous.response_id is not None:
+            last = await self.responses.get(caller.org_id, previous.response_id)
+            if last.status in ACTIVE:
+                busy = f"context {context_id}: task {previous.id} is still working; wait for it or cancel it"
+                raise InvalidParamsError(message=busy)
+        body = CreateResponseRequest(
+            model=self.model,
+            input=items,
+            background=True,
+            store=True,
+            previous_response_id=_last_answered(previous),
+        )
+        try:
+            created = await self.responses.create(body, caller.ctx)
+        except HatchwayError as exc:
+            if exc.status_code in (402, 429):  # a limit or a budget: the task is refused, and says why
+                refused = await self.tasks.add(
+                    caller.org_id,
+                    self.agent,
+                    context_id,
+                    caller.end_user,
+                    refusal={"state": "rejected", "message": exc.message},
+                )
+                return refused, None
+            raise _a2a_error(exc) from None
+        task = await self.tasks.add(
+            caller.org_id, self.agent, context_id, caller.end_user, response_id=created.response["id"]
+        )
+        return task, await self.responses.get(caller.org_id, created.response["id"])
+
+    async def _updates(
+        self, caller: Caller, task: A2ATaskRecord, response: ResponseRecord
+    ) -> AsyncGenerator[Event]:
+        """Status and answer updates from the response's events, ending with its final state."""
+        first = True
+        async for event in self._events(response):
+            kind = event.get("type")
+            if kind == "response.in_progress":
+                yield status_update(task, TaskState.TASK_STATE_WORKING)
+            elif kind == "response.output_text.delta" and event.get("delta"):
+                yield text_update(task, event["delta"], first=first)
+                first = False
+        final = await self._task(caller, task)
+        message = final.status.message.parts[0].text if final.status.message.parts else None
+        yield status_update(task, final.status.state, message)
+
+    async def _events(self, response: ResponseRecord) -> AsyncGenerator[dict[str, Any]]:
+        async for event in self.responses.follow(response, None):
+            yield event
+            if event.get("type") in TERMINAL_EVENTS:
+                return
+
+    async def _owned(self, caller: Caller, task_id: str) -> A2ATaskRecord:
+        try:
+            return await self.tasks.get(caller.org_id, self.agent, caller.end_user, task_id)
+        except NotFound:
+            raise TaskNotFoundError(message=f"no task {task_id}") from None
+
+    async def _task(
+        self,
+        caller: Caller,
+        task: A2ATaskRecord,
+        *,
+        history_length: int | None = None,
+        include_artifacts: bool = True,
+    ) -> Task:
+        if task.response_id is None:
+            return task_of(task, None, history_length=history_length)
+        response = await self.responses.get(caller.org_id, task.response_id)
+        outputs = await self.responses.store.items(response.id, "output")
+        inputs = await self.responses.store.items(response.id, "input") if history_length != 0 else []
+        return task_of(
+            task,
+            response,
+            inputs=inputs,
+            outputs=outputs,
+            history_length=history_length,
+            include_artifacts=include_artifacts,
+        )
+
+
+def _caller(context: ServerCallContext) -> Caller:
+    caller = context.state.get(CALLER)
+    if not isinstance(
+        caller, Caller
+    ):  # the API layer always sets it: a request that got here unauthenticated
+        raise InternalError(message="unauthenticated A2A call")
+    return caller
+
+
+def _history_length(params: SendMessageRequest) -> int | None:
+    return params.configuration.history_length if params.configuration.HasField("history_length") else None
+
+
+def _last_answered(previous: A2ATaskRecord | None) -> str | None:
+    """The response a new task of the context continues: the context's last one that ran."""
+    return previous.response_id if previous is not None else None
+
+
+def _a2a_error(exc: HatchwayError) -> A2AError:
+    if isinstance(exc, NotFound):
+        return InvalidParamsError(message=exc.message)
+    if isinstance(exc, InvalidRequest) or exc.status_code < 500:
+        return InvalidParamsError(message=exc.message)
+    return InternalError(message=exc.message)
+
+
+__all__ = ["CALLER", "STATES", "AgentTasks", "Caller", "state_of"]
