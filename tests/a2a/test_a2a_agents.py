@@ -26,11 +26,12 @@ from a2a.types import (
     TaskState,
 )
 from a2a.utils.constants import TransportProtocol
-from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
+from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, TaskNotFoundError
 
 from hatchway.principal import Role as Role_
 from hatchway.store.db import Database
 from hatchway.store.orgs import OrgStore
+from tests.support.contas import ANSWER, ASK, QUESTION, RunningContas, contas_model
 from tests.support.gateway import RunningGateway, base_config, write_config
 from tests.support.scripted_llm import ScriptedLLM
 from tests.support.servers import free_port
@@ -280,3 +281,77 @@ def test_the_task_table_is_as_its_migration_makes_it(tmp_path: Path) -> None:
         differences = compare_metadata(MigrationContext.configure(conn), Base.metadata)
     engine.dispose()
     assert [d for d in differences if "a2a_tasks" in repr(d)] == []
+
+
+@pytest.fixture
+def contas_a2a(tmp_path: Path, llm: ScriptedLLM, contas: RunningContas) -> Iterator[RunningGateway]:
+    llm.handler = contas_model
+    port = free_port()
+    agent = contas.agent(tmp_path / "contas") | {"a2a": {"publish": True}}
+    config = base_config(tmp_path, llm.base_url, public_base_url=f"http://127.0.0.1:{port}", agents=[agent])
+    gateway = RunningGateway(write_config(tmp_path, config), port=port).start()
+    yield gateway
+    gateway.stop()
+
+
+async def contas_client(gateway: RunningGateway, user: str) -> Any:
+    http = httpx.AsyncClient(
+        headers={"authorization": f"Bearer {gateway.key}", "x-on-behalf-of": user}, timeout=60
+    )
+    return await create_client(
+        f"{gateway.url}/a2a/contas", client_config=ClientConfig(httpx_client=http, streaming=False)
+    )
+
+
+@pytest.mark.parametrize("answer", ["sim", "não"])
+async def test_a_confirmation_is_input_required_and_the_answer_on_the_task_decides_it_once(
+    contas_a2a: RunningGateway, contas: RunningContas, answer: str
+) -> None:
+    ana = await contas_client(contas_a2a, "ana")
+    task = await only_task(ana.send_message(user_message(ASK)))
+    assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert task.status.message.parts[0].text == QUESTION and not task.artifacts
+    assert sum(contas.backend.executions.values()) == 0
+
+    # Another end user cannot answer it; nor can a message that is no answer to a waiting task.
+    bob = await contas_client(contas_a2a, "bob")
+    with pytest.raises(TaskNotFoundError):
+        await only_task(bob.send_message(answer_to(task, "sim")))
+
+    done = await only_task(ana.send_message(answer_to(task, answer)))
+    assert done.id == task.id and done.context_id == task.context_id
+    if answer == "sim":
+        assert done.status.state == TaskState.TASK_STATE_COMPLETED
+        assert done.artifacts[0].parts[0].text == ANSWER  # the per-item verdict
+        assert list(contas.backend.executions.values()) == [1]
+    else:
+        assert done.status.state == TaskState.TASK_STATE_COMPLETED
+        assert sum(contas.backend.executions.values()) == 0
+    with pytest.raises(InvalidParamsError):  # the task no longer waits: the same answer again does nothing
+        await only_task(ana.send_message(answer_to(task, "sim")))
+    assert sum(contas.backend.executions.values()) == (1 if answer == "sim" else 0)
+    await ana.close()
+    await bob.close()
+
+
+async def test_cancelling_a_task_that_asks_withdraws_the_question(
+    contas_a2a: RunningGateway, contas: RunningContas
+) -> None:
+    ana = await contas_client(contas_a2a, "ana")
+    task = await only_task(ana.send_message(user_message(ASK)))
+    assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    cancelled = await ana.cancel_task(CancelTaskRequest(id=task.id))
+    assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
+    with pytest.raises(InvalidParamsError):
+        await only_task(ana.send_message(answer_to(task, "sim")))
+    # Nor does the conversation's next task confirm it: the operation is cancelled.
+    later = await only_task(ana.send_message(user_message("sim", context_id=task.context_id)))
+    assert later.status.state != TaskState.TASK_STATE_INPUT_REQUIRED
+    assert sum(contas.backend.executions.values()) == 0
+    await ana.close()
+
+
+def answer_to(task: Any, text: str) -> SendMessageRequest:
+    request = user_message(text, context_id=task.context_id)
+    request.message.task_id = task.id
+    return request

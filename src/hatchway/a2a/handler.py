@@ -50,6 +50,7 @@ from hatchway.a2a.tasks import (
     ENDED,
     STATES,
     TERMINAL_EVENTS,
+    answer_text,
     input_of,
     state_of,
     status_update,
@@ -57,6 +58,7 @@ from hatchway.a2a.tasks import (
     text_update,
 )
 from hatchway.engine.context import RunContext
+from hatchway.engine.tools.operations.store import OperationStore
 from hatchway.errors import Conflict, HatchwayError, InvalidRequest, NotFound
 from hatchway.responses.service import Responses
 from hatchway.responses.store import ACTIVE, ResponseRecord
@@ -85,11 +87,12 @@ class Caller:
 
 
 class AgentTasks(RequestHandler):
-    def __init__(self, agent: str, responses: Responses, tasks: A2ATasks) -> None:
+    def __init__(self, agent: str, responses: Responses, tasks: A2ATasks, operations: OperationStore) -> None:
         self.agent = agent
         self.model = f"agent:{agent}"
         self.responses = responses
         self.tasks = tasks
+        self.operations = operations
 
     # -- messages -------------------------------------------------------------------------------
 
@@ -159,6 +162,14 @@ class AgentTasks(RequestHandler):
         caller = _caller(context)
         task = await self._owned(caller, params.id)
         response = await self.responses.get(caller.org_id, task.response_id) if task.response_id else None
+        if response is not None and response.status == "completed" and task.refusal is None:
+            pending = await self.operations.awaiting_from(caller.org_id, [response.id])
+            if response.id in pending:  # input-required: its question is withdrawn, nothing runs
+                reason = "cancelled over A2A while it asked for confirmation"
+                if not await self.operations.cancel(pending[response.id].id, reason, org_id=caller.org_id):
+                    raise TaskNotCancelableError(message=f"task {task.id}: its operation was just confirmed")
+                await self.tasks.cancel_asking(task.id, reason)
+                return await self._task(caller, await self._owned(caller, task.id))
         if response is None or response.status not in ACTIVE:
             state = TaskState.Name(state_of(task, response))
             raise TaskNotCancelableError(message=f"task {task.id} has already ended ({state})")
@@ -220,13 +231,9 @@ class AgentTasks(RequestHandler):
     ) -> tuple[A2ATaskRecord, ResponseRecord | None]:
         """The task a message starts: a background response of the agent, after the context's last."""
         message = params.message
-        if message.task_id:
-            # Every task here ends its turn when its response ends; nothing waits for more input.
-            await self._owned(caller, message.task_id)
-            raise InvalidParamsError(
-                message=f"task {message.task_id} has ended; send the next message with its contextId instead"
-            )
         items = input_of(message)
+        if message.task_id:
+            return await self._answer(caller, message.task_id, items)
         context_id = message.context_id or new_context_id()
         previous = await self.tasks.latest_in_context(caller.org_id, self.agent, caller.end_user, context_id)
         if previous is not None and previous.response_id is not None:
@@ -234,30 +241,64 @@ class AgentTasks(RequestHandler):
             if last.status in ACTIVE:
                 busy = f"context {context_id}: task {previous.id} is still working; wait for it or cancel it"
                 raise InvalidParamsError(message=busy)
+        refused, response = await self._run(caller, items, _last_answered(previous))
+        if refused is not None:
+            task = await self.tasks.add(
+                caller.org_id,
+                self.agent,
+                context_id,
+                caller.end_user,
+                refusal={"state": "rejected", "message": refused},
+            )
+            return task, None
+        assert response is not None
+        task = await self.tasks.add(
+            caller.org_id, self.agent, context_id, caller.end_user, response_id=response.id
+        )
+        return task, response
+
+    async def _answer(
+        self, caller: Caller, task_id: str, items: list[dict[str, Any]]
+    ) -> tuple[A2ATaskRecord, ResponseRecord | None]:
+        """The end user's answer to the question an input-required task asks: the conversation goes
+        on (a new response after the task's), and the task follows it. The answer confirms or
+        cancels the operation the question is about, as the same words would in a chat: bound to
+        that end user's conversation and to the operation's arguments as asked."""
+        task = await self._owned(caller, task_id)
+        snapshot = await self._task(caller, task, history_length=0)
+        if snapshot.status.state != TaskState.TASK_STATE_INPUT_REQUIRED:
+            state = TaskState.Name(snapshot.status.state)
+            raise InvalidParamsError(
+                message=f"task {task.id} is {state}, not waiting for input; "
+                "a new task of its contextId continues the conversation"
+            )
+        refused, response = await self._run(caller, items, task.response_id)
+        if refused is not None:
+            raise InvalidParamsError(message=refused)
+        assert response is not None
+        await self.tasks.set_response(task.id, response.id)
+        task.response_id = response.id
+        return task, response
+
+    async def _run(
+        self, caller: Caller, items: list[dict[str, Any]], previous_response_id: str | None
+    ) -> tuple[str | None, ResponseRecord | None]:
+        """A background response of the agent: (the refusal's reason, None) when a limit or a budget
+        refuses it, else (None, the response)."""
         body = CreateResponseRequest(
             model=self.model,
             input=items,
             background=True,
             store=True,
-            previous_response_id=_last_answered(previous),
+            previous_response_id=previous_response_id,
         )
         try:
             created = await self.responses.create(body, caller.ctx)
         except HatchwayError as exc:
             if exc.status_code in (402, 429):  # a limit or a budget: the task is refused, and says why
-                refused = await self.tasks.add(
-                    caller.org_id,
-                    self.agent,
-                    context_id,
-                    caller.end_user,
-                    refusal={"state": "rejected", "message": exc.message},
-                )
-                return refused, None
+                return exc.message, None
             raise _a2a_error(exc) from None
-        task = await self.tasks.add(
-            caller.org_id, self.agent, context_id, caller.end_user, response_id=created.response["id"]
-        )
-        return task, await self.responses.get(caller.org_id, created.response["id"])
+        return None, await self.responses.get(caller.org_id, created.response["id"])
 
     async def _updates(
         self, caller: Caller, task: A2ATaskRecord, response: ResponseRecord
@@ -300,6 +341,11 @@ class AgentTasks(RequestHandler):
         response = await self.responses.get(caller.org_id, task.response_id)
         outputs = await self.responses.store.items(response.id, "output")
         inputs = await self.responses.store.items(response.id, "input") if history_length != 0 else []
+        asking = None
+        if response.status == "completed":
+            pending = await self.operations.awaiting_from(caller.org_id, [response.id])
+            if response.id in pending:
+                asking = pending[response.id].confirmation_message or answer_text(outputs) or "Confirm?"
         return task_of(
             task,
             response,
@@ -307,6 +353,7 @@ class AgentTasks(RequestHandler):
             outputs=outputs,
             history_length=history_length,
             include_artifacts=include_artifacts,
+            question=asking,
         )
 
 

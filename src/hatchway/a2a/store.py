@@ -33,7 +33,8 @@ class A2ATaskRecord(Base):
     end_user: Mapped[str | None] = mapped_column(String(256), default=None)
     response_id: Mapped[str | None] = mapped_column(String(64), default=None)
     refusal: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
-    """``{"state": "rejected"|"failed", "message": …}`` when no response was made for the task."""
+    """``{"state": "rejected"|"failed", "message": …}`` when no response was made for the task;
+    ``{"state": "canceled"}`` when it was cancelled while it asked for input."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -107,6 +108,15 @@ class A2ATasks:
                 update(A2ATaskRecord)
                 .where(A2ATaskRecord.id == task_id)
                 .values(response_id=response_id, updated_at=utcnow())
+            )
+
+    async def cancel_asking(self, task_id: str, message: str) -> None:
+        """The task was cancelled while it waited for its end user's answer."""
+        async with self.db.session() as s:
+            await s.execute(
+                update(A2ATaskRecord)
+                .where(A2ATaskRecord.id == task_id)
+                .values(refusal={"state": "canceled", "message": message}, updated_at=utcnow())
             )
 
     async def page(

@@ -2,9 +2,11 @@
 and an A2A ``Message`` as the Responses input it becomes.
 
 A task's state follows its response: ``queued`` is *submitted*, ``in_progress`` *working*,
-``completed`` (and ``incomplete``, an answer cut short by a limit) *completed*, ``failed``
-*failed*, ``cancelled`` *canceled*; a refusal before any response (a limit, a budget) is
-*rejected*. Its answer is one artifact, ``answer``, of the response's output text.
+``completed`` (and ``incomplete``, an answer cut short by a limit) *completed* — or
+*input-required* when the run left a transactional operation awaiting its end user's confirmation
+(the question is the status message) — ``failed`` *failed*, ``cancelled`` *canceled*; a refusal
+before any response (a limit, a budget) is *rejected*. Its answer is one artifact, ``answer``, of the
+response's output text.
 """
 
 from __future__ import annotations
@@ -45,7 +47,11 @@ STATES = {
     "failed": TaskState.TASK_STATE_FAILED,
     "cancelled": TaskState.TASK_STATE_CANCELED,
 }
-REFUSALS = {"rejected": TaskState.TASK_STATE_REJECTED, "failed": TaskState.TASK_STATE_FAILED}
+REFUSALS = {
+    "rejected": TaskState.TASK_STATE_REJECTED,
+    "failed": TaskState.TASK_STATE_FAILED,
+    "canceled": TaskState.TASK_STATE_CANCELED,
+}
 ENDED = {
     TaskState.TASK_STATE_COMPLETED,
     TaskState.TASK_STATE_FAILED,
@@ -80,9 +86,12 @@ def input_of(message: Message) -> list[dict[str, Any]]:
     return [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}]
 
 
-def state_of(task: A2ATaskRecord, response: ResponseRecord | None) -> TaskState:
-    if response is None:
+def state_of(task: A2ATaskRecord, response: ResponseRecord | None, *, asks: bool = False) -> TaskState:
+    """``asks``: the response's run left an operation awaiting confirmation."""
+    if response is None or (task.refusal or {}).get("state") == "canceled":
         return REFUSALS[(task.refusal or {}).get("state", "failed")]
+    if asks and response.status == "completed":
+        return TaskState.TASK_STATE_INPUT_REQUIRED
     return STATES.get(response.status, TaskState.TASK_STATE_FAILED)
 
 
@@ -94,13 +103,15 @@ def task_of(
     outputs: list[dict[str, Any]] | None = None,
     history_length: int | None = None,
     include_artifacts: bool = True,
+    question: str | None = None,
 ) -> Task:
     """The A2A Task of ``task``, its state from ``response``; with its items, its history (the
-    user's messages and the agent's, the last ``history_length``) and its answer."""
-    state = state_of(task, response)
+    user's messages and the agent's, the last ``history_length``) and its answer. ``question``: the
+    confirmation the run asks for (the task is then input-required, the question its status)."""
+    state = state_of(task, response, asks=question is not None)
     status = TaskStatus(state=state)
     status.timestamp.FromDatetime(_when(task, response))
-    note = _status_text(task, response)
+    note = question or _status_text(task, response)
     if note:
         status.message.CopyFrom(agent_message(task, note))
     result = Task(id=task.id, context_id=task.context_id, status=status)

@@ -441,6 +441,19 @@ class OperationStore:
         async with self.db.session() as s:
             return await s.scalar(stmt)
 
+    async def awaiting_from(self, org_id: str, response_ids: list[str]) -> dict[str, OperationRecord]:
+        """The operations these responses' runs left awaiting their end user's confirmation, by
+        response id (an A2A task is then ``input-required``)."""
+        if not response_ids:
+            return {}
+        stmt = select(OperationRecord).where(
+            OperationRecord.org_id == org_id,
+            OperationRecord.response_id.in_(response_ids),
+            OperationRecord.status == S.AWAITING_CONFIRMATION,
+        )
+        async with self.db.session() as s:
+            return {op.response_id: op for op in await s.scalars(stmt) if op.response_id is not None}
+
     async def wait_for_outcome(self, op_id: str, seconds: float, interval: float = 0.05) -> OperationRecord:
         """Poll until the operation leaves EXECUTING (another executor's outcome) or ``seconds`` pass;
         the polls space out from ``interval`` to half a second."""
