@@ -60,6 +60,7 @@ from hatchway.a2a.tasks import (
 from hatchway.engine.context import RunContext
 from hatchway.engine.tools.operations.store import OperationStore
 from hatchway.errors import Conflict, HatchwayError, InvalidRequest, NotFound
+from hatchway.responses.events import EventLog
 from hatchway.responses.service import Responses
 from hatchway.responses.store import ACTIVE, ResponseRecord
 from hatchway.responses.wire import CreateResponseRequest
@@ -87,7 +88,18 @@ class Caller:
 
 
 class AgentTasks(RequestHandler):
-    def __init__(self, agent: str, responses: Responses, tasks: A2ATasks, operations: OperationStore) -> None:
+    def __init__(
+        self,
+        agent: str,
+        responses: Responses,
+        tasks: A2ATasks,
+        operations: OperationStore,
+        *,
+        asks: bool = True,
+    ) -> None:
+        """``asks``: the agent has transactional operations (tools.yaml), so a run may end asking
+        for a confirmation; without them no task is ever input-required and nobody looks."""
+        self.asks = asks
         self.agent = agent
         self.model = f"agent:{agent}"
         self.responses = responses
@@ -99,9 +111,9 @@ class AgentTasks(RequestHandler):
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
         """A new task, answered when it ends (or at once with ``returnImmediately``)."""
         caller = _caller(context)
-        task, response = await self._start(params, caller)
+        task, response, events = await self._start(params, caller)
         if response is not None and not params.configuration.return_immediately:
-            async for _ in self._events(response):
+            async for _ in self._events(response, events):
                 pass  # the run's events: their end is the task's
         return await self._task(caller, task, history_length=_history_length(params))
 
@@ -110,10 +122,10 @@ class AgentTasks(RequestHandler):
     ) -> AsyncGenerator[Event]:
         """The task at once, then its state and its answer as they change, until it ends."""
         caller = _caller(context)
-        task, response = await self._start(params, caller)
+        task, response, events = await self._start(params, caller)
         yield await self._task(caller, task, history_length=_history_length(params))
         if response is not None:
-            async for event in self._updates(caller, task, response):
+            async for event in self._updates(caller, task, response, events):
                 yield event
 
     # -- tasks ----------------------------------------------------------------------------------
@@ -228,20 +240,25 @@ class AgentTasks(RequestHandler):
 
     async def _start(
         self, params: SendMessageRequest, caller: Caller
-    ) -> tuple[A2ATaskRecord, ResponseRecord | None]:
-        """The task a message starts: a background response of the agent, after the context's last."""
+    ) -> tuple[A2ATaskRecord, ResponseRecord | None, EventLog | None]:
+        """The task a message starts: a background response of the agent, after the context's last;
+        with its run's events when it runs here."""
         message = params.message
         items = input_of(message)
         if message.task_id:
             return await self._answer(caller, message.task_id, items)
         context_id = message.context_id or new_context_id()
-        previous = await self.tasks.latest_in_context(caller.org_id, self.agent, caller.end_user, context_id)
+        previous = None
+        if message.context_id:  # a new context has no task before this one
+            previous = await self.tasks.latest_in_context(
+                caller.org_id, self.agent, caller.end_user, context_id
+            )
         if previous is not None and previous.response_id is not None:
             last = await self.responses.get(caller.org_id, previous.response_id)
             if last.status in ACTIVE:
                 busy = f"context {context_id}: task {previous.id} is still working; wait for it or cancel it"
                 raise InvalidParamsError(message=busy)
-        refused, response = await self._run(caller, items, _last_answered(previous))
+        refused, response, events = await self._run(caller, items, _last_answered(previous))
         if refused is not None:
             task = await self.tasks.add(
                 caller.org_id,
@@ -250,16 +267,16 @@ class AgentTasks(RequestHandler):
                 caller.end_user,
                 refusal={"state": "rejected", "message": refused},
             )
-            return task, None
+            return task, None, None
         assert response is not None
         task = await self.tasks.add(
             caller.org_id, self.agent, context_id, caller.end_user, response_id=response.id
         )
-        return task, response
+        return task, response, events
 
     async def _answer(
         self, caller: Caller, task_id: str, items: list[dict[str, Any]]
-    ) -> tuple[A2ATaskRecord, ResponseRecord | None]:
+    ) -> tuple[A2ATaskRecord, ResponseRecord | None, EventLog | None]:
         """The end user's answer to the question an input-required task asks: the conversation goes
         on (a new response after the task's), and the task follows it. The answer confirms or
         cancels the operation the question is about, as the same words would in a chat: bound to
@@ -272,19 +289,19 @@ class AgentTasks(RequestHandler):
                 message=f"task {task.id} is {state}, not waiting for input; "
                 "a new task of its contextId continues the conversation"
             )
-        refused, response = await self._run(caller, items, task.response_id)
+        refused, response, events = await self._run(caller, items, task.response_id)
         if refused is not None:
             raise InvalidParamsError(message=refused)
         assert response is not None
         await self.tasks.set_response(task.id, response.id)
         task.response_id = response.id
-        return task, response
+        return task, response, events
 
     async def _run(
         self, caller: Caller, items: list[dict[str, Any]], previous_response_id: str | None
-    ) -> tuple[str | None, ResponseRecord | None]:
-        """A background response of the agent: (the refusal's reason, None) when a limit or a budget
-        refuses it, else (None, the response)."""
+    ) -> tuple[str | None, ResponseRecord | None, EventLog | None]:
+        """A background response of the agent: (the refusal's reason, None, None) when a limit or a
+        budget refuses it, else (None, the response, its events when it runs in this process)."""
         body = CreateResponseRequest(
             model=self.model,
             input=items,
@@ -296,16 +313,18 @@ class AgentTasks(RequestHandler):
             created = await self.responses.create(body, caller.ctx)
         except HatchwayError as exc:
             if exc.status_code in (402, 429):  # a limit or a budget: the task is refused, and says why
-                return exc.message, None
+                return exc.message, None, None
             raise _a2a_error(exc) from None
-        return None, await self.responses.get(caller.org_id, created.response["id"])
+        if created.started is not None:  # running here: its record as created, its live events
+            return None, created.started.run.record, created.started.events
+        return None, await self.responses.get(caller.org_id, created.response["id"]), None
 
     async def _updates(
-        self, caller: Caller, task: A2ATaskRecord, response: ResponseRecord
+        self, caller: Caller, task: A2ATaskRecord, response: ResponseRecord, events: EventLog | None = None
     ) -> AsyncGenerator[Event]:
         """Status and answer updates from the response's events, ending with its final state."""
         first = True
-        async for event in self._events(response):
+        async for event in self._events(response, events):
             kind = event.get("type")
             if kind == "response.in_progress":
                 yield status_update(task, TaskState.TASK_STATE_WORKING)
@@ -316,8 +335,13 @@ class AgentTasks(RequestHandler):
         message = final.status.message.parts[0].text if final.status.message.parts else None
         yield status_update(task, final.status.state, message)
 
-    async def _events(self, response: ResponseRecord) -> AsyncGenerator[dict[str, Any]]:
-        async for event in self.responses.follow(response, None):
+    async def _events(
+        self, response: ResponseRecord, events: EventLog | None = None
+    ) -> AsyncGenerator[dict[str, Any]]:
+        """The run's events to its end: from its log when it runs here (kept by reference, so a run
+        that already ended replays at once), else followed through the store."""
+        source = events.follow() if events is not None else self.responses.follow(response, None)
+        async for event in source:
             yield event
             if event.get("type") in TERMINAL_EVENTS:
                 return
@@ -338,11 +362,9 @@ class AgentTasks(RequestHandler):
     ) -> Task:
         if task.response_id is None:
             return task_of(task, None, history_length=history_length)
-        response = await self.responses.get(caller.org_id, task.response_id)
-        outputs = await self.responses.store.items(response.id, "output")
-        inputs = await self.responses.store.items(response.id, "input") if history_length != 0 else []
+        response, inputs, outputs = await self.responses.store.with_items(caller.org_id, task.response_id)
         asking = None
-        if response.status == "completed":
+        if self.asks and response.status == "completed":
             pending = await self.operations.awaiting_from(caller.org_id, [response.id])
             if response.id in pending:
                 asking = pending[response.id].confirmation_message or answer_text(outputs) or "Confirm?"

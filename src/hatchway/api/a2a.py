@@ -56,7 +56,9 @@ class A2AAgents:
         for agent in gateway.settings.agents:
             if not agent.a2a.publish:
                 continue
-            handler = AgentTasks(agent.name, gateway.responses, tasks, gateway.operations)
+            handler = AgentTasks(
+                agent.name, gateway.responses, tasks, gateway.operations, asks=agent.tools is not None
+            )
             self.cards[agent.name] = Router(
                 create_agent_card_routes(agent_card(agent, base_url), card_url=card_path(agent.name))
             )

@@ -184,6 +184,29 @@ class ResponseStore:
             raise NotFound(f"No response with id '{response_id}'.", param="response_id")
         return row
 
+    async def with_items(
+        self, org_id: str, response_id: str
+    ) -> tuple[ResponseRecord, list[dict[str, Any]], list[dict[str, Any]]]:
+        """A response with its input and output items, read in one transaction (an A2A Task is
+        built from all three on every read)."""
+        async with self.db.session() as s:
+            row = await s.scalar(
+                select(ResponseRecord).where(
+                    ResponseRecord.id == response_id, ResponseRecord.org_id == org_id
+                )
+            )
+            if row is None:
+                raise NotFound(f"No response with id '{response_id}'.", param="response_id")
+            items = await s.scalars(
+                select(ResponseItemRecord)
+                .where(ResponseItemRecord.response_id == response_id)
+                .order_by(ResponseItemRecord.direction, ResponseItemRecord.position)
+            )
+            split: dict[str, list[dict[str, Any]]] = {"input": [], "output": []}
+            for item in items:
+                split.setdefault(item.direction, []).append(item.data)
+        return row, split["input"], split["output"]
+
     async def items(self, response_id: str, direction: str | None = None) -> list[dict[str, Any]]:
         """The stored items of one response (input then output), in order."""
         return (await self._items_of([response_id], direction)).get(response_id, [])
