@@ -46,11 +46,13 @@ LABEL org.opencontainers.image.title="Hatchway" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.licenses="Apache-2.0"
+# The state directory's group is root (0) with the owner's rights: a runtime that assigns its own
+# uid in group 0 (OpenShift's restricted SCC, `docker run --user 12345`) can still write it.
 RUN groupadd --system --gid 10001 hatchway \
  && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/hatchway --no-create-home \
       --shell /usr/sbin/nologin hatchway \
  && mkdir -p /var/lib/hatchway \
- && chown 10001:10001 /var/lib/hatchway && chmod 0700 /var/lib/hatchway
+ && chown 10001:0 /var/lib/hatchway && chmod 0770 /var/lib/hatchway
 COPY --from=build /stage/ /
 ENV PATH=/opt/hatchway/bin:$PATH \
     HATCHWAY_CONFIG=/etc/hatchway/hatchway.yaml \
@@ -65,8 +67,9 @@ USER 10001:10001
 EXPOSE 8080
 # Ready = the database (and Redis, when configured) answer. Only `serve` answers HTTP: the same
 # image running `worker` or `migrate` reports healthy while its process runs.
-# HATCHWAY_HEALTHCHECK_URL when serving on another port.
-HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 CMD ["python3", "-c", "import os, sys, urllib.request\nif b'serve' not in open('/proc/1/cmdline', 'rb').read().split(b'\\0'):\n    sys.exit(0)\ntry:\n    urllib.request.urlopen(os.environ.get('HATCHWAY_HEALTHCHECK_URL', 'http://127.0.0.1:8080/readyz'), timeout=2)\nexcept Exception as exc:\n    sys.exit(f'not ready: {exc}')"]
+# HATCHWAY_HEALTHCHECK_URL when serving on another port. No proxy: an HTTP_PROXY given for the
+# upstream calls would otherwise carry the probe of 127.0.0.1 to the proxy.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 CMD ["python3", "-c", "import os, sys, urllib.request\nif b'serve' not in open('/proc/1/cmdline', 'rb').read().split(b'\\0'):\n    sys.exit(0)\ntry:\n    urllib.request.build_opener(urllib.request.ProxyHandler({})).open(os.environ.get('HATCHWAY_HEALTHCHECK_URL', 'http://127.0.0.1:8080/readyz'), timeout=2)\nexcept Exception as exc:\n    sys.exit(f'not ready: {exc}')"]
 # tini is PID 1: SIGTERM reaches `hatchway serve`, which drains (drain_seconds) and exits 0.
 ENTRYPOINT ["tini", "--", "hatchway"]
 CMD ["serve", "--host", "0.0.0.0", "--port", "8080"]

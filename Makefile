@@ -38,7 +38,8 @@ lint: venv
 	$(BIN)/ruff format --check src tests bench
 
 # The container image (Dockerfile, docs/deploy.md). The version comes from src/hatchway/__init__.py;
-# pip's CA bundle, when pip names one (a TLS-inspecting proxy), goes to the build stage only.
+# pip's CA bundle, when pip names one (a TLS-inspecting proxy), goes to the build stage only. The
+# source label is the git remote without its user and password (a CI clone's URL often carries a token).
 VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' src/hatchway/__init__.py)
 IMAGE ?= hatchway:$(VERSION)
 BASE_IMAGE ?= python:3.11-slim-bookworm
@@ -49,7 +50,8 @@ image:
 	  if [ -n "$$cert" ] && [ -f "$$cert" ]; then cp "$$cert" deploy/docker/ca/build.pem; fi
 	docker build $(DOCKER_BUILD_FLAGS) --build-arg BASE_IMAGE=$(BASE_IMAGE) --build-arg VERSION=$(VERSION) \
 	  --build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) \
-	  --build-arg SOURCE=$$(git remote get-url origin 2>/dev/null || echo unknown) -t $(IMAGE) .
+	  --build-arg SOURCE=$$(git remote get-url origin 2>/dev/null | sed -E 's|^([A-Za-z+.-]+://)[^/@]*@|\1|' | grep . || echo unknown) \
+	  -t $(IMAGE) .
 
 # Build the image on a debootstrap base and run tests/image against it (what CI does).
 image-test: venv

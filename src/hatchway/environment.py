@@ -16,8 +16,11 @@ from hatchway.errors import ConfigError
 
 def env_value(name: str, environ: Mapping[str, str] | None = None) -> str | None:
     """``NAME`` from the environment, or the contents of the file ``NAME_FILE`` names without its
-    trailing newline; None when neither is set (or set empty). Both set is a ConfigError, as is a
-    file that cannot be read (the message names the variable and the path, never the contents)."""
+    trailing newline; None when neither is set (or ``NAME`` is set empty). Both set is a ConfigError,
+    as is a file that cannot be read or is empty (the message names the variable and the path, never
+    the contents): a secret file the operator named but left empty — a Secret created with an empty
+    value, a file not written yet — is a mistake to report, not "unset" (an empty master key file
+    would otherwise have each process generate a key of its own)."""
     environ = os.environ if environ is None else environ
     value, path = environ.get(name), environ.get(f"{name}_FILE")
     if value and path:
@@ -29,4 +32,6 @@ def env_value(name: str, environ: Mapping[str, str] | None = None) -> str | None
     except (OSError, UnicodeDecodeError) as exc:
         problem = f"cannot read {path} ({type(exc).__name__})"
         raise ConfigError("environment", [(f"{name}_FILE", problem)]) from None
-    return text.rstrip("\r\n") or None
+    if not (value := text.rstrip("\r\n")):
+        raise ConfigError("environment", [(f"{name}_FILE", f"{path} is empty")])
+    return value

@@ -263,12 +263,21 @@ class SchemaNotCurrent(Unavailable):
 
     default_code = "schema_not_current"
 
-    def __init__(self, applied: frozenset[str], needed: frozenset[str]) -> None:
+    def __init__(
+        self, applied: frozenset[str], needed: frozenset[str], unknown: frozenset[str] = frozenset()
+    ) -> None:
         at = ", ".join(sorted(applied)) or "no migration applied"
-        super().__init__(
-            f"the database schema is at {at}; this release needs {', '.join(sorted(needed))}: run "
-            "`hatchway migrate` once for this release (migrate_on_start is false)"
-        )
+        if unknown:  # `hatchway migrate` of this release cannot help: it has no such migration
+            super().__init__(
+                f"the database schema is at {at}, which holds {', '.join(sorted(unknown))} that this "
+                "release does not know: a newer release of Hatchway has migrated it. Run that release "
+                "(Hatchway does not migrate a database down)"
+            )
+        else:
+            super().__init__(
+                f"the database schema is at {at}; this release needs {', '.join(sorted(needed))}: run "
+                "`hatchway migrate` once for this release (migrate_on_start is false)"
+            )
         self.applied = applied
         self.needed = needed
 

@@ -88,6 +88,10 @@ def volume() -> Iterator[str]:
     name = f"hatchway-test-{uuid.uuid4().hex[:8]}"
     docker("volume", "create", name)
     yield name
+    # Torn down before ``containers`` when both are used: whatever still holds the volume goes first.
+    holders = docker("ps", "-aq", "--filter", f"volume={name}", check=False).stdout.split()
+    if holders:
+        docker("rm", "-f", "-v", *holders, check=False)
     docker("volume", "rm", "-f", name, check=False)
 
 

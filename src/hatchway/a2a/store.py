@@ -11,13 +11,16 @@ still tells what became of it.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Index, String, func, select, update
+from sqlalchemy import JSON, ColumnElement, Index, String, and_, case, exists, false, func, or_, select, update
 from sqlalchemy.orm import Mapped, mapped_column
 
+from hatchway.engine.tools.operations.models import OperationRecord, OperationStatus
 from hatchway.errors import NotFound
+from hatchway.responses.store import ResponseRecord
 from hatchway.store.db import Database
 from hatchway.store.tables import Base, utcnow
 
@@ -125,28 +128,109 @@ class A2ATasks:
         agent: str,
         end_user: str | None,
         *,
-        context_id: str | None,
-        offset: int,
+        context_id: str | None = None,
+        state: StateFilter | None = None,
+        updated_after: datetime | None = None,
+        before: Cursor | None = None,
         limit: int,
-    ) -> tuple[list[A2ATaskRecord], int]:
-        """Tasks newest first, and how many there are in all (for ``ListTasks``' ``totalSize``)."""
+    ) -> tuple[list[A2ATaskRecord], int, Cursor | None]:
+        """Tasks by their status timestamp, most recently updated first (A2A's ``ListTasks``
+        order); how many match in all (``totalSize``); and the cursor of the next page, if any.
+
+        ``state``: only tasks in that state (decided from their response, as ``task_of`` does);
+        ``updated_after``: only tasks whose status changed at or after it; ``before``: the page
+        after the task this cursor names."""
+        when = _status_time()
         where = [A2ATaskRecord.org_id == org_id, A2ATaskRecord.agent == agent, _owned_by(end_user)]
         if context_id:
             where.append(A2ATaskRecord.context_id == context_id)
+        if state is not None:
+            where.append(state.condition())
+        if updated_after is not None:
+            where.append(when >= updated_after)
+        joined = select(A2ATaskRecord, when.label("status_time")).outerjoin(
+            ResponseRecord, ResponseRecord.id == A2ATaskRecord.response_id
+        )
+        paged = where
+        if before is not None:
+            paged = [
+                *where,
+                or_(when < before.when, and_(when == before.when, A2ATaskRecord.id < before.task_id)),
+            ]
         async with self.db.session() as s:
             total = (
-                await s.execute(select(func.count()).select_from(A2ATaskRecord).where(*where))
+                await s.execute(
+                    select(func.count())
+                    .select_from(A2ATaskRecord)
+                    .outerjoin(ResponseRecord, ResponseRecord.id == A2ATaskRecord.response_id)
+                    .where(*where)
+                )
             ).scalar_one()
             rows = (
                 await s.execute(
-                    select(A2ATaskRecord)
-                    .where(*where)
-                    .order_by(A2ATaskRecord.created_at.desc(), A2ATaskRecord.id.desc())
-                    .offset(offset)
-                    .limit(limit)
+                    joined.where(*paged).order_by(when.desc(), A2ATaskRecord.id.desc()).limit(limit + 1)
                 )
-            ).scalars()
-            return list(rows), int(total)
+            ).all()
+        records = [row[0] for row in rows[:limit]]
+        more = len(rows) > limit
+        after = Cursor(rows[limit - 1][1], records[-1].id) if more and records else None
+        return records, int(total), after
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """Where a page of ``ListTasks`` ended: the last task's status time and id."""
+
+    when: datetime
+    task_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class StateFilter:
+    """The tasks that show as one A2A state, in terms of what is stored (``tasks.py`` maps a state
+    to this): tasks without a refusal whose response has one of ``statuses`` — and, for a
+    ``completed`` response, awaits (``asking=True``) or does not await (``asking=False``) its end
+    user's confirmation — or tasks whose refusal has one of ``refusals``."""
+
+    statuses: tuple[str, ...] = ()
+    refusals: tuple[str, ...] = ()
+    asking: bool | None = None
+
+    def condition(self) -> ColumnElement[bool]:
+        refusal = _refusal_state()
+        either = []
+        if self.statuses:
+            ran = and_(refusal.is_(None), ResponseRecord.status.in_(self.statuses))
+            if self.asking is not None:
+                asks = and_(ResponseRecord.status == "completed", _asks())
+                ran = and_(ran, asks if self.asking else ~asks)
+            either.append(ran)
+        if self.refusals:
+            either.append(refusal.in_(self.refusals))
+        return or_(*either) if either else false()
+
+
+def _refusal_state() -> ColumnElement[Any]:
+    """The refusal's state, NULL when there is none (stored as SQL NULL or as JSON null)."""
+    return A2ATaskRecord.refusal["state"].as_string()
+
+
+def _status_time() -> ColumnElement[datetime]:
+    """When the task's status last changed: a refused or withdrawn task's own time, else its
+    response's end (or last change, while it runs); as ``task_of``'s status timestamp."""
+    return case(
+        (_refusal_state().is_not(None), A2ATaskRecord.updated_at),
+        else_=func.coalesce(ResponseRecord.completed_at, ResponseRecord.updated_at, A2ATaskRecord.updated_at),
+    )
+
+
+def _asks() -> ColumnElement[bool]:
+    """The task's response left an operation awaiting its end user's confirmation."""
+    return exists().where(
+        OperationRecord.org_id == A2ATaskRecord.org_id,
+        OperationRecord.response_id == A2ATaskRecord.response_id,
+        OperationRecord.status == OperationStatus.AWAITING_CONFIRMATION.value,
+    )
 
 
 def _owned_by(end_user: str | None) -> Any:

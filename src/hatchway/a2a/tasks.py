@@ -30,7 +30,7 @@ from a2a.types import (
 from a2a.utils.errors import ContentTypeNotSupportedError, InvalidParamsError
 from google.protobuf.json_format import MessageToDict
 
-from hatchway.a2a.store import A2ATaskRecord
+from hatchway.a2a.store import A2ATaskRecord, StateFilter
 from hatchway.responses.store import ResponseRecord
 
 ANSWER = "answer"
@@ -59,6 +59,17 @@ ENDED = {
     TaskState.TASK_STATE_REJECTED,
 }
 """Terminal states: a message naming such a task is refused, a stream of it ends."""
+
+FILTERS = {
+    TaskState.TASK_STATE_SUBMITTED: StateFilter(statuses=("queued",)),
+    TaskState.TASK_STATE_WORKING: StateFilter(statuses=("in_progress",)),
+    TaskState.TASK_STATE_COMPLETED: StateFilter(statuses=("completed", "incomplete"), asking=False),
+    TaskState.TASK_STATE_INPUT_REQUIRED: StateFilter(statuses=("completed",), asking=True),
+    TaskState.TASK_STATE_FAILED: StateFilter(statuses=("failed",), refusals=("failed",)),
+    TaskState.TASK_STATE_CANCELED: StateFilter(statuses=("cancelled",), refusals=("canceled",)),
+    TaskState.TASK_STATE_REJECTED: StateFilter(refusals=("rejected",)),
+}
+"""``ListTasks``' ``status`` filter, as ``state_of`` decides a state (no task is auth-required yet)."""
 
 TERMINAL_EVENTS = {"response.completed", "response.failed", "response.incomplete", "response.cancelled"}
 
@@ -211,6 +222,7 @@ def _status_text(task: A2ATaskRecord, response: ResponseRecord | None) -> str | 
 
 
 def _when(task: A2ATaskRecord, response: ResponseRecord | None) -> datetime:
-    if response is None:
+    """When the status last changed (``store._status_time``, the order of ``ListTasks``)."""
+    if response is None or task.refusal:
         return task.updated_at
     return response.completed_at or response.updated_at

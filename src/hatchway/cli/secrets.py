@@ -182,4 +182,8 @@ def vault_rotate(config: ConfigOption = DEFAULT_CONFIG) -> None:
     if result.key_file is not None:
         console.print(f"new key in {result.key_file}; the previous one is kept in {result.backup_file}")
     else:
-        console.print("now set HATCHWAY_MASTER_KEY to the value of HATCHWAY_NEW_MASTER_KEY and restart")
+        console.print(
+            "now set HATCHWAY_MASTER_KEY (or the file HATCHWAY_MASTER_KEY_FILE names) to the value of "
+            "HATCHWAY_NEW_MASTER_KEY (or its file) and restart",
+            highlight=False,
+        )

@@ -109,8 +109,9 @@ def migrate(config: ConfigOption = DEFAULT_CONFIG) -> None:
     async def upgrade() -> tuple[frozenset[str], frozenset[str]]:
         db = Database(settings.database_url)
         try:
-            before = await db.applied_revisions()
-            await db.migrate()  # under a lock on PostgreSQL: two at once apply them once
+            # Under a lock on PostgreSQL: two at once apply them once, and the one that waited finds
+            # (and reports) the schema the other left, not the one it saw before the lock.
+            before = await db.migrate()
             return before, await db.applied_revisions()
         finally:
             await db.close()
@@ -126,7 +127,7 @@ def migrate(config: ConfigOption = DEFAULT_CONFIG) -> None:
         )
 
 
-async def _on_database(settings: Settings, action: Callable[[Database], Awaitable[None]]) -> None:
+async def _on_database(settings: Settings, action: Callable[[Database], Awaitable[object]]) -> None:
     db = Database(settings.database_url)
     try:
         await action(db)

@@ -46,11 +46,15 @@ DATABASE_UNAVAILABLE = Unavailable(
 
 def database_unreachable(exc: BaseException) -> bool:
     """Whether ``exc`` means the database could not be reached — down, refusing connections, cut
-    mid-query, its pool exhausted — rather than a bug: a 503 to a client, one line from the CLI."""
+    mid-query, its pool exhausted, its host name not resolving (a Compose service or Kubernetes
+    Service not there yet) — rather than a bug: a 503 to a client, one line from the CLI."""
+    from socket import gaierror
+
     from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
     from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-    if isinstance(exc, OperationalError | InterfaceError | PoolTimeout | ConnectionError | TimeoutError):
+    unreachable = OperationalError | InterfaceError | PoolTimeout | ConnectionError | TimeoutError | gaierror
+    if isinstance(exc, unreachable):
         return True
     return isinstance(exc, DBAPIError) and exc.connection_invalidated
 
@@ -106,19 +110,27 @@ class Database:
         async with self.sessions() as session, session.begin():
             yield session
 
-    async def migrate(self) -> None:
+    async def migrate(self) -> frozenset[str]:
         """Apply every Alembic migration (all heads) under a lock, so replicas can start together.
 
-        A database already at the heads is left alone without loading Alembic at all.
+        Returns the revisions the database was at when this process held the lock: the heads when
+        another process had migrated it meanwhile (``hatchway migrate`` reports which one did).
+        A database already at the heads is left alone without loading Alembic at all; one holding
+        a revision these scripts do not know (a newer release migrated it) raises SchemaNotCurrent.
         """
         async with self.engine.connect() as conn:
             if await conn.run_sync(_at_heads):
-                return
+                return script_heads()
             if not self.is_sqlite:
                 await conn.execute(text("SELECT pg_advisory_lock(:id)"), {"id": _MIGRATION_LOCK_ID})
             try:
-                await conn.run_sync(_upgrade)
+                before = await conn.run_sync(_applied)
+                if unknown := before - script_revisions():
+                    raise SchemaNotCurrent(before, script_heads(), unknown)
+                if before != script_heads():
+                    await conn.run_sync(_upgrade)
                 await conn.commit()
+                return before
             finally:
                 if not self.is_sqlite:
                     await conn.execute(text("SELECT pg_advisory_unlock(:id)"), {"id": _MIGRATION_LOCK_ID})
@@ -134,7 +146,7 @@ class Database:
         that does not migrate as it starts: ``migrate_on_start: false``)."""
         applied = await self.applied_revisions()
         if applied != script_heads():
-            raise SchemaNotCurrent(applied, script_heads())
+            raise SchemaNotCurrent(applied, script_heads(), applied - script_revisions())
 
     async def ping(self) -> None:
         async with self.engine.connect() as conn:
@@ -144,7 +156,6 @@ class Database:
         await self.engine.dispose()
 
 
-@functools.cache
 def script_heads() -> frozenset[str]:
     """The head revisions of the migration scripts, read from their source.
 
@@ -152,6 +163,17 @@ def script_heads() -> frozenset[str]:
     serving process ~0.3 s of start-up and ~10 MiB, for nothing when the database is up to date
     (tests/store check that the answer matches Alembic's).
     """
+    return _script_graph()[1]
+
+
+def script_revisions() -> frozenset[str]:
+    """Every revision of the migration scripts: one the database holds outside these is a newer
+    release's."""
+    return _script_graph()[0]
+
+
+@functools.cache
+def _script_graph() -> tuple[frozenset[str], frozenset[str]]:
     revisions: set[str] = set()
     parents: set[str] = set()
     for path in (MIGRATIONS_DIR / "versions").glob("*.py"):
@@ -166,7 +188,7 @@ def script_heads() -> frozenset[str]:
         revisions.add(ast.literal_eval(values["revision"]))
         down = ast.literal_eval(values["down_revision"]) if "down_revision" in values else None
         parents.update([down] if isinstance(down, str) else down or ())
-    return frozenset(revisions - parents)
+    return frozenset(revisions), frozenset(revisions - parents)
 
 
 def _applied(connection: Connection) -> frozenset[str]:

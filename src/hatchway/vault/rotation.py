@@ -88,7 +88,7 @@ async def rotate_master_key(vault: Vault, key_file: Path, env: Mapping[str, str]
     if vault.master_key.key_id != current.key_id:
         raise MasterKeyError("the vault was opened with a different master key than the one being rotated")
     rewrapped = await vault.rewrap(new)
-    if env.get(ENV_VAR):
+    if env_value(ENV_VAR, env):  # the key is HATCHWAY_MASTER_KEY or its _FILE: no key file to swap
         return RotationResult(current.key_id, new.key_id, rewrapped, None, None)
     backup = swap_key_files(key_file)
     return RotationResult(current.key_id, new.key_id, rewrapped, key_file, backup)
