@@ -241,6 +241,10 @@ class Gateway:
         """Response runs and live streams, leases, retention; cancelled (and recorded) on close."""
         store = ResponseStore(self.db, owner=self.replica_id, lease_seconds=settings.response_lease_seconds)
         runner = ResponseRunner(store, self.planner, self.scopes, self.vault)
+        if settings.a2a.remote_agents:  # the A2A SDK's client loads only when a remote agent is configured
+            from hatchway.a2a.remote import RemoteAgents
+
+            runner.remote = RemoteAgents(settings, store, self.vault, self.tasks)
         self.jobs = make_queue(settings)
         """Where background responses go when Redis is configured (any replica or worker runs them)."""
         background = Background(

@@ -286,6 +286,52 @@ class SubagentSettings(StrictModel):
     this agent only."""
 
 
+class RemoteA2AAgent(StrictModel):
+    """A remote A2A agent a Hatchway agent may delegate to: ``spawn_subagent`` with model
+    ``a2a:<name>``, allowed by the agent's ``subagents.models`` (docs/a2a.md, "Remote agents")."""
+
+    name: Annotated[str, Field(pattern=_ID)]
+    url: Annotated[str, Field(pattern=r"^https?://")]
+    """The agent's base URL: its card is ``<url>/.well-known/agent-card.json``."""
+    auth: str | None = None
+    """The bearer it is sent: ``secret.<name>`` (the calling organisation's vault; the secret's
+    ``allowed_hosts`` must name this URL's host) or ``env:NAME``."""
+    timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 120.0
+    """How long one delegation may wait for the remote task (and never past the run's deadline);
+    then the remote task is cancelled and the call fails ``remote_timeout``."""
+    max_response_bytes: Annotated[int, Field(ge=1024, le=64 * 1024 * 1024)] = 4 * 1024 * 1024
+    """A reply (card, task) larger than this is refused while it is read (``remote_too_large``)."""
+    poll_seconds: Annotated[float, Field(gt=0, le=60)] = 0.5
+    """How often the remote task is read while it works."""
+
+    @field_validator("auth")
+    @classmethod
+    def _auth(cls, value: str | None) -> str | None:
+        if value is not None and not (
+            value.startswith("secret.") or (value.startswith("env:") and value[4:])
+        ):
+            raise ValueError("must be secret.<name> or env:NAME: a literal token would sit in hatchway.yaml")
+        return value
+
+
+class A2ASettings(StrictModel):
+    """A2A beyond each agent's own ``a2a``: the remote agents Hatchway's agents delegate to."""
+
+    remote_agents: Annotated[list[RemoteA2AAgent], Field(max_length=256)] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique(self) -> A2ASettings:
+        seen: set[str] = set()
+        for i, agent in enumerate(self.remote_agents):
+            if agent.name in seen:
+                raise ValueError(f"remote_agents[{i}].name: {agent.name!r} is already used")
+            seen.add(agent.name)
+        return self
+
+    def remote(self, name: str) -> RemoteA2AAgent | None:
+        return next((a for a in self.remote_agents if a.name == name), None)
+
+
 class AgentA2ASettings(StrictModel):
     """The agent published as an A2A 1.0 agent (docs/a2a.md): its Agent Card at
     ``/a2a/<name>/.well-known/agent-card.json``, JSON-RPC at ``/a2a/<name>`` and HTTP+JSON under
@@ -610,6 +656,8 @@ class Settings(StrictModel):
     """Bind a plugin to requests by model name, without a header."""
     agents: list[AgentConfig] = Field(default_factory=list)
     """Agents, addressed as model ``agent:<name>`` in both APIs."""
+    a2a: A2ASettings = Field(default_factory=A2ASettings)
+    """Remote A2A agents Hatchway's agents may delegate to (docs/a2a.md)."""
     mcp_endpoints: list[McpEndpointConfig] = Field(default_factory=list)
     """Virtual MCP servers served at ``/mcp/<name>`` (docs/mcp-endpoints.md)."""
     public_base_url: str | None = None
@@ -746,6 +794,14 @@ class Settings(StrictModel):
         names = [a.name for a in self.agents]
         if len(names) != len(set(names)):
             raise ValueError("agents: agent names must be unique")
+        remote = {a.name for a in self.a2a.remote_agents}
+        for i, agent in enumerate(self.agents):
+            for j, model in enumerate(agent.subagents.models):
+                if model.startswith("a2a:") and model[4:] not in remote:
+                    raise ValueError(
+                        f"agents[{i}].subagents.models[{j}]: {model!r} names no a2a.remote_agents entry "
+                        f"(known: {', '.join(sorted(remote)) or 'none'})"
+                    )
         endpoints: set[str] = set()
         for i, endpoint in enumerate(self.mcp_endpoints):
             if endpoint.name in endpoints:

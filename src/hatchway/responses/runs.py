@@ -18,8 +18,8 @@ from hatchway.engine.loop import AgentLoop, RunFinished, RunResult, ToolCallFini
 from hatchway.engine.plan import Planner, RunRequest
 from hatchway.engine.run import CLIENT_GONE, RunScope, RunScopes
 from hatchway.engine.tools.base import ToolResult
-from hatchway.engine.tools.subagents import ChildRequest, ChildResult
-from hatchway.errors import HatchwayError, InternalError, ProviderStatusError
+from hatchway.engine.tools.subagents import ChildRequest, ChildResult, ChildRunner
+from hatchway.errors import HatchwayError, InternalError, InvalidRequest, ProviderStatusError
 from hatchway.ids import new_id
 from hatchway.limits.limiter import Admission
 from hatchway.limits.scopes import CostEstimate, Requester, reserved_tokens
@@ -108,6 +108,8 @@ class ResponseRunner:
         self.planner = planner
         self.scopes = scopes
         self.vault = vault
+        self.remote: ChildRunner | None = None
+        """The runner of ``a2a:<name>`` children (``a2a/remote.py``), when remote agents are configured."""
 
     def open_scope(
         self, body: CreateResponseRequest, ctx: RunContext, *, parent_id: str | None = None
@@ -409,7 +411,14 @@ class ResponseRunner:
     # -- children (hosted spawn_subagent) ----------------------------------------------------------
 
     async def run_child(self, request: ChildRequest, ctx: RunContext) -> ChildResult:
-        """One stored child response of ``request.parent_response_id``, run to its end in its own scope."""
+        """One stored child response of ``request.parent_response_id``, run to its end in its own scope
+        (a remote A2A agent's, ``a2a:<name>``, by ``self.remote``)."""
+        if request.model.startswith("a2a:"):
+            if self.remote is None:
+                raise InvalidRequest(
+                    f"{request.model}: no remote A2A agents are configured (a2a.remote_agents)"
+                )
+            return await self.remote.run_child(request, ctx)
         body = CreateResponseRequest(
             model=request.model, instructions=request.instructions, input=request.task
         )

@@ -285,6 +285,14 @@ class ResponseStore:
             items.extend(by_id.get(record.id, []))
         return items
 
+    async def note_request(self, response_id: str, values: dict[str, Any]) -> None:
+        """Add ``values`` to a response's stored request (a remote child's task id, as soon as it
+        is known)."""
+        async with self.db.session() as s:
+            record = await s.get(ResponseRecord, response_id)
+            if record is not None:
+                record.request = {**(record.request or {}), **values}
+
     async def start(self, response_id: str) -> bool:
         """``queued`` → ``in_progress``, owned by this process; False when it is no longer queued
         (cancelled, or taken by another worker)."""
