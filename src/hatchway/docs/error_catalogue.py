@@ -108,6 +108,12 @@ MEANINGS: dict[str, str] = {
     "retry after the `retry-after` seconds.",
     "sso_provider_unavailable": "The SSO identity provider could not be reached, its discovery document "
     "names another issuer than `access.sso.issuer`, or the client secret is not set.",
+    "remote_agent_failed": "A remote A2A agent (`a2a.remote_agents`) failed a delegation: unreachable, "
+    "refused, or its task ended failed, canceled or rejected; the model gets it as `ok: false` from "
+    "`spawn_subagent`.",
+    "remote_timeout": "A remote A2A agent's task did not end within `timeout_seconds` (or the run's "
+    "deadline); the remote task was cancelled.",
+    "remote_too_large": "A remote A2A agent sent a reply larger than `max_response_bytes`.",
     "task_not_found": "An A2A task id that is not this organisation's and end user's on this agent (or does "
     "not exist); over A2A it is answered as the protocol's TaskNotFoundError.",
     "schema_not_current": "Not an HTTP answer: `hatchway serve` or `hatchway worker` with "
