@@ -291,6 +291,7 @@ class RemoteA2AAgent(StrictModel):
     ``a2a:<name>``, allowed by the agent's ``subagents.models`` (docs/a2a.md, "Remote agents")."""
 
     name: Annotated[str, Field(pattern=_ID)]
+    """``spawn_subagent`` names it as model ``a2a:<name>``."""
     url: Annotated[str, Field(pattern=r"^https?://")]
     """The agent's base URL: its card is ``<url>/.well-known/agent-card.json``."""
     auth: str | None = None
@@ -318,6 +319,7 @@ class A2ASettings(StrictModel):
     """A2A beyond each agent's own ``a2a``: the remote agents Hatchway's agents delegate to."""
 
     remote_agents: Annotated[list[RemoteA2AAgent], Field(max_length=256)] = Field(default_factory=list)
+    """Remote A2A agents, each allowed to an agent by ``subagents.models: ["a2a:<name>"]``."""
 
     @model_validator(mode="after")
     def _unique(self) -> A2ASettings:
@@ -349,14 +351,19 @@ class A2ASkill(StrictModel):
     """One skill of an Agent Card."""
 
     id: Annotated[str, Field(pattern=_ID)]
+    """The skill's id in the card."""
     name: Annotated[str, Field(min_length=1, max_length=200)]
+    """Its name, for people."""
     description: Annotated[str, Field(max_length=2000)] = ""
+    """What it does (default: its name)."""
     tags: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=32)] = Field(
         default_factory=list
     )
+    """Keywords a client may search skills by."""
     examples: Annotated[list[Annotated[str, Field(max_length=500)]], Field(max_length=16)] = Field(
         default_factory=list
     )
+    """Example requests."""
 
 
 class AgentConfig(StrictModel):
