@@ -15,7 +15,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, ColumnElement, Index, String, and_, case, exists, false, func, or_, select, update
+from sqlalchemy import (
+    JSON,
+    ColumnElement,
+    Index,
+    String,
+    and_,
+    case,
+    exists,
+    false,
+    func,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from hatchway.engine.tools.operations.models import OperationRecord, OperationStatus

@@ -85,6 +85,10 @@ def input_of(message: Message) -> list[dict[str, Any]]:
             texts.append(part.text)
         elif kind == "data":
             texts.append(json.dumps(MessageToDict(part)["data"], ensure_ascii=False))
+        elif kind is None:  # a kind the SDK does not know (A2A 0.3's `file`, a newer one): dropped
+            raise ContentTypeNotSupportedError(
+                message=f"message.parts[{i}]: a part of a kind this agent does not read; send text or data"
+            )
         else:
             raise ContentTypeNotSupportedError(
                 message=f"message.parts[{i}]: {kind} parts are not supported; send text or data"
