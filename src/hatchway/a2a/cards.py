@@ -59,7 +59,7 @@ def agent_card(agent: AgentConfig, base_url: str) -> AgentCard:
                 protocol_version=PROTOCOL_VERSION_CURRENT,
             ),
         ],
-        capabilities=AgentCapabilities(streaming=True, push_notifications=False, extended_agent_card=False),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=True, extended_agent_card=False),
         default_input_modes=MEDIA_TYPES,
         default_output_modes=["text/plain"],
         skills=_skills(agent, description),

@@ -10,8 +10,11 @@ the responses of the same ``contextId``. Who asks comes from the API layer, alre
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import logging
+import uuid
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -42,12 +45,12 @@ from a2a.utils.errors import (
     A2AError,
     InternalError,
     InvalidParamsError,
-    PushNotificationNotSupportedError,
     TaskNotCancelableError,
     TaskNotFoundError,
     UnsupportedOperationError,
 )
 
+from hatchway.a2a.push import A2APushConfigRecord, ConfigRefused, PushNotifier, check_config
 from hatchway.a2a.store import A2ATaskRecord, A2ATasks, Cursor, StateFilter, new_context_id
 from hatchway.a2a.tasks import (
     ENDED,
@@ -68,6 +71,8 @@ from hatchway.responses.events import EventLog
 from hatchway.responses.service import Responses
 from hatchway.responses.store import ACTIVE, ResponseRecord
 from hatchway.responses.wire import CreateResponseRequest
+
+logger = logging.getLogger(__name__)
 
 CALLER = "hatchway.caller"
 """The key of the ``Caller`` in a ``ServerCallContext``'s state."""
@@ -100,10 +105,13 @@ class AgentTasks(RequestHandler):
         operations: OperationStore,
         *,
         asks: bool = True,
+        push: PushNotifier | None = None,
     ) -> None:
         """``asks``: the agent has transactional operations (tools.yaml), so a run may end asking
-        for a confirmation; without them no task is ever input-required and nobody looks."""
+        for a confirmation; without them no task is ever input-required and nobody looks.
+        ``push``: push notifications (``push.py``); without it every push method is refused."""
         self.asks = asks
+        self.push = push
         self.agent = agent
         self.model = f"agent:{agent}"
         self.responses = responses
@@ -195,6 +203,7 @@ class AgentTasks(RequestHandler):
                 if not await self.operations.cancel(pending[response.id].id, reason, org_id=caller.org_id):
                     raise TaskNotCancelableError(message=f"task {task.id}: its operation was just confirmed")
                 await self.tasks.cancel_asking(task.id, reason)
+                self._watch(task)
                 return await self._task(caller, await self._owned(caller, task.id))
         if response is None or response.status not in ACTIVE:
             state = TaskState.Name(state_of(task, response))
@@ -223,27 +232,54 @@ class AgentTasks(RequestHandler):
         async for event in self._updates(caller, task, response):
             yield event
 
-    # -- what this server does not offer (its card says so) ------------------------------------
+    # -- push notifications (push.py) ---------------------------------------------------------
 
     async def on_create_task_push_notification_config(
         self, params: TaskPushNotificationConfig, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError()
+        """A config for one of the caller's tasks; its URL passes the egress rule of inline plugins.
+        The task's state, if it already is one that is announced, is sent at once."""
+        caller = _caller(context)
+        notifier = self._notifier()
+        task = await self._owned(caller, params.task_id)
+        await self._check_push(params)
+        row = await self._put_push(caller, task, params)
+        self._watch(task)
+        return await notifier.configs.as_config(row)
 
     async def on_get_task_push_notification_config(
         self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError()
+        caller = _caller(context)
+        notifier = self._notifier()
+        task = await self._owned(caller, params.task_id)
+        row = await notifier.configs.get(task.id, params.id)
+        if row is None:
+            raise TaskNotFoundError(message=f"task {task.id} has no push config {params.id!r}")
+        return await notifier.configs.as_config(row)
 
     async def on_list_task_push_notification_configs(
         self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
     ) -> ListTaskPushNotificationConfigsResponse:
-        raise PushNotificationNotSupportedError()
+        """Every config of the task (at most ``MAX_CONFIGS_PER_TASK``: one page)."""
+        caller = _caller(context)
+        notifier = self._notifier()
+        task = await self._owned(caller, params.task_id)
+        rows = await notifier.configs.of_task(task.id)
+        return ListTaskPushNotificationConfigsResponse(
+            configs=[await notifier.configs.as_config(row) for row in rows]
+        )
 
     async def on_delete_task_push_notification_config(
         self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> None:
-        raise PushNotificationNotSupportedError()
+        caller = _caller(context)
+        notifier = self._notifier()
+        task = await self._owned(caller, params.task_id)
+        if not await notifier.configs.delete(task.id, params.id):
+            raise TaskNotFoundError(message=f"task {task.id} has no push config {params.id!r}")
+
+    # -- what this server does not offer (its card says so) ------------------------------------
 
     async def on_get_extended_agent_card(
         self, params: GetExtendedAgentCardRequest, context: ServerCallContext
@@ -262,8 +298,15 @@ class AgentTasks(RequestHandler):
         message = params.message
         _check_history_length(params.configuration)
         items = input_of(message)
+        push = None
+        if params.configuration.HasField("task_push_notification_config"):
+            push = params.configuration.task_push_notification_config
+            self._notifier()
+            await self._check_push(push)  # before anything runs: a refused URL starts no task
         if message.task_id:
-            return await self._answer(caller, message.task_id, items)
+            answered = await self._answer(caller, message.task_id, items)
+            await self._started(caller, answered[0], push)
+            return answered
         context_id = message.context_id or new_context_id()
         previous = None
         if message.context_id:  # a new context has no task before this one
@@ -284,11 +327,13 @@ class AgentTasks(RequestHandler):
                 caller.end_user,
                 refusal={"state": "rejected", "message": refused},
             )
+            await self._started(caller, task, push)
             return task, None, None
         assert response is not None
         task = await self.tasks.add(
             caller.org_id, self.agent, context_id, caller.end_user, response_id=response.id
         )
+        await self._started(caller, task, push)
         return task, response, events
 
     async def _answer(
@@ -364,6 +409,69 @@ class AgentTasks(RequestHandler):
             if event.get("type") in TERMINAL_EVENTS:
                 return
 
+    # -- push notifications' plumbing ------------------------------------------------------------
+
+    def _notifier(self) -> PushNotifier:
+        if self.push is None:
+            raise UnsupportedOperationError(message="push notifications are not configured here")
+        return self.push
+
+    async def _check_push(self, config: TaskPushNotificationConfig) -> None:
+        try:
+            await check_config(config, allow_private=self._notifier().allow_private)
+        except ConfigRefused as exc:
+            raise InvalidParamsError(message=f"push notification config: {exc}") from None
+
+    async def _put_push(
+        self, caller: Caller, task: A2ATaskRecord, config: TaskPushNotificationConfig
+    ) -> A2APushConfigRecord:
+        try:
+            return await self._notifier().configs.put(caller.org_id, task.id, config)
+        except ConfigRefused as exc:
+            raise InvalidParamsError(message=f"push notification config: {exc}") from None
+
+    async def _started(
+        self, caller: Caller, task: A2ATaskRecord, push: TaskPushNotificationConfig | None
+    ) -> None:
+        """A task just started or went on: its config from the message stored, and a watcher
+        started if it has any config."""
+        if self.push is None:
+            return
+        if push is not None:
+            await self._put_push(caller, task, push)
+        elif not await self.push.configs.of_task(task.id):
+            return
+        self._watch(task)
+
+    def _watch(self, task: A2ATaskRecord) -> None:
+        """Follow the task's response to its end, in the background, then announce its state."""
+        if self.push is None:
+            return
+        # In the gateway's task registry: cancelled (not left pending) when the gateway stops.
+        try:
+            self.responses.tasks.spawn(
+                f"a2a-push:{task.id}:{uuid.uuid4().hex[:8]}", self._announce_when_ended(task.id, task)
+            )
+        except RuntimeError:  # shutting down: the end is not announced, as after a restart
+            logger.info("a2a push: not watching task %s, the gateway is stopping", task.id)
+
+    async def _announce_when_ended(self, task_id: str, task: A2ATaskRecord) -> None:
+        assert self.push is not None
+        try:
+            if task.response_id is not None and task.refusal is None:
+                response = await self.responses.get(task.org_id, task.response_id)
+                async for _ in self._events(response):
+                    pass
+            current = await self.tasks.get(task.org_id, task.agent, task.end_user, task_id)
+            snapshot = await self._snapshot(current.org_id, current)
+            state = snapshot.status.state
+            if state in ENDED or state == TaskState.TASK_STATE_INPUT_REQUIRED:
+                await self.push.announce(snapshot, f"{current.response_id or '-'}|{TaskState.Name(state)}")
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("a2a push: announcing task %s failed", task_id)
+
     async def _owned(self, caller: Caller, task_id: str) -> A2ATaskRecord:
         try:
             return await self.tasks.get(caller.org_id, self.agent, caller.end_user, task_id)
@@ -378,12 +486,24 @@ class AgentTasks(RequestHandler):
         history_length: int | None = None,
         include_artifacts: bool = True,
     ) -> Task:
+        return await self._snapshot(
+            caller.org_id, task, history_length=history_length, include_artifacts=include_artifacts
+        )
+
+    async def _snapshot(
+        self,
+        org_id: str,
+        task: A2ATaskRecord,
+        *,
+        history_length: int | None = None,
+        include_artifacts: bool = True,
+    ) -> Task:
         if task.response_id is None:
             return task_of(task, None, history_length=history_length)
-        response, inputs, outputs = await self.responses.store.with_items(caller.org_id, task.response_id)
+        response, inputs, outputs = await self.responses.store.with_items(org_id, task.response_id)
         asking = None
         if self.asks and response.status == "completed":
-            pending = await self.operations.awaiting_from(caller.org_id, [response.id])
+            pending = await self.operations.awaiting_from(org_id, [response.id])
             if response.id in pending:
                 asking = pending[response.id].confirmation_message or answer_text(outputs) or "Confirm?"
         return task_of(

@@ -38,6 +38,7 @@ ROUTE_ROLES: dict[tuple[str, str], frozenset[Role]] = {
     ("DELETE", "/mcp/{name}"): APP,
     ("POST", "/a2a/{agent}"): APP,  # A2A (api/a2a.py): sending messages, cancelling tasks
     ("GET", "/a2a/{agent}"): APP,  # …and reading them (HTTP+JSON binding): tasks are per end user
+    ("DELETE", "/a2a/{agent}"): APP,  # …and deleting a task's push notification config (HTTP+JSON)
     ("GET", "/v1/responses/{response_id}"): READ,
     ("GET", "/v1/responses/{response_id}/input_items"): READ,
     ("GET", "/v1/models"): READ,

@@ -8,6 +8,8 @@ every inference route; ``X-On-Behalf-Of`` names the end user) and hands the SDK 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from a2a.server.context import ServerCallContext
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
 from a2a.server.routes.common import DefaultServerCallContextBuilder
@@ -17,11 +19,13 @@ from starlette.types import Receive, Scope, Send
 
 from hatchway.a2a.cards import PREFIX, agent_card, card_path, jsonrpc_path, rest_path
 from hatchway.a2a.handler import CALLER, AgentTasks, Caller
+from hatchway.a2a.push import PushConfigs, PushNotifier
 from hatchway.a2a.store import A2ATasks
 from hatchway.api.auth import admit, source_of
 from hatchway.api.context import header_dict
 from hatchway.api.errors import error_response
 from hatchway.engine.context import RunContext
+from hatchway.environment import env_value
 from hatchway.errors import HatchwayError, NotFound
 from hatchway.gateway import Gateway
 
@@ -43,6 +47,16 @@ class _CallerContext(DefaultServerCallContextBuilder):
         return context
 
 
+def _signing_key(ref: str | None) -> Callable[[], bytes | None]:
+    """``a2a.push_signing_secret`` (``env:NAME``), read at each notification; None when unset."""
+
+    def key() -> bytes | None:
+        value = env_value(ref[4:]) if ref is not None else None
+        return value.encode() if value else None
+
+    return key
+
+
 class A2AAgents:
     """The ASGI app of every published agent, mounted at ``/a2a/``."""
 
@@ -53,11 +67,22 @@ class A2AAgents:
         self.cards: dict[str, Router] = {}
         self.agents: dict[str, Router] = {}
         builder = _CallerContext()
+        # Push URLs are the callers': the egress rule of inline plugins applies to them.
+        self.push = PushNotifier(
+            PushConfigs(gateway.db, gateway.vault),
+            allow_private=gateway.settings.allow_private_mcp_urls,
+            signing_key=_signing_key(gateway.settings.a2a.push_signing_secret),
+        )
         for agent in gateway.settings.agents:
             if not agent.a2a.publish:
                 continue
             handler = AgentTasks(
-                agent.name, gateway.responses, tasks, gateway.operations, asks=agent.tools is not None
+                agent.name,
+                gateway.responses,
+                tasks,
+                gateway.operations,
+                asks=agent.tools is not None,
+                push=self.push,
             )
             self.cards[agent.name] = Router(
                 create_agent_card_routes(agent_card(agent, base_url), card_url=card_path(agent.name))

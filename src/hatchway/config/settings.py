@@ -320,6 +320,9 @@ class A2ASettings(StrictModel):
 
     remote_agents: Annotated[list[RemoteA2AAgent], Field(max_length=256)] = Field(default_factory=list)
     """Remote A2A agents, each allowed to an agent by ``subagents.models: ["a2a:<name>"]``."""
+    push_signing_secret: Annotated[str, Field(pattern=r"^env:[A-Za-z_][A-Za-z0-9_]*$")] | None = None
+    """``env:NAME``: push notifications to A2A clients are signed with this key, as the approval
+    webhooks are (``X-Hatchway-Timestamp``, ``X-Hatchway-Signature``); unsigned when unset."""
 
     @model_validator(mode="after")
     def _unique(self) -> A2ASettings:

@@ -1,0 +1,300 @@
+"""A2A push notifications: where a task's client wants to hear that it ended, and the POSTs.
+
+A client registers a config (``CreateTaskPushNotificationConfig``, or
+``configuration.taskPushNotificationConfig`` on ``SendMessage``): a URL, and optionally a ``token``
+and ``authentication`` credentials. The URL is a caller's, so it passes the egress rule of plugins
+sent inline (``egress.check_egress``: no loopback, private, link-local or metadata address unless
+``allow_private_mcp_urls``), when it is registered and again before every attempt (DNS may change
+in between). The token and credentials are sealed with the organisation's vault key (purpose
+``a2a-push``); the table holds no secret in clear.
+
+When the task reaches a terminal state or ``input-required``, each of its configs is claimed for that
+(response, state) with a compare-and-set on the row (``notified``), so that a state is announced at
+most once per config however many watchers see it end, then POSTed::
+
+    Content-Type: application/json
+    X-A2A-Notification-Token: <the client's token>      (when it gave one)
+    Authorization: <scheme> <credentials>               (when it gave authentication)
+    X-Hatchway-Timestamp / X-Hatchway-Signature          (when a2a.push_signing_secret is set;
+                                                           as the approval webhooks sign)
+
+with the body a ``StreamResponse`` carrying the Task (A2A 1.0, 4.3.3; as the ``a2a-sdk``'s own
+sender). 2xx is delivered; 5xx, 408, 429, timeouts and connection errors are retried with backoff
+(``RetrySchedule``) up to ``DELIVERY_ATTEMPTS``; a redirect or any other answer ends it. Redirects
+are never followed and the receiver's body is never read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+import orjson
+from a2a.types import AuthenticationInfo, StreamResponse, Task, TaskPushNotificationConfig
+from google.protobuf.json_format import MessageToJson
+from sqlalchemy import LargeBinary, String, delete, func, or_, select, update
+from sqlalchemy.orm import Mapped, mapped_column
+
+from hatchway.egress import check_egress
+from hatchway.engine.tools.operations.deliveries import RetrySchedule
+from hatchway.engine.tools.operations.notifications import AttemptOutcome, classify_answer, sign
+from hatchway.errors import PermissionDenied
+from hatchway.store.db import Database
+from hatchway.store.tables import Base, utcnow
+from hatchway.vault.store import Vault
+
+if TYPE_CHECKING:
+    import httpx
+
+logger = logging.getLogger(__name__)
+
+PURPOSE = "a2a-push"
+"""The vault purpose the token and credentials are sealed under."""
+MAX_CONFIGS_PER_TASK = 8
+"""A task takes at most this many push configs (replacing one by its id does not count twice)."""
+MAX_URL_CHARS = 2048
+MAX_ID_CHARS = 128
+MAX_SECRET_CHARS = 4096
+"""The token, and the authentication's credentials, are each at most this long."""
+DELIVERY_ATTEMPTS = 5
+"""POSTs of one notification at most (the first and four retries)."""
+BACKOFF_SECONDS = 1.0
+MAX_BACKOFF_SECONDS = 30.0
+TIMEOUT_SECONDS = 10.0
+"""One attempt's time: connecting, sending, and the receiver's status line."""
+
+
+class A2APushConfigRecord(Base):
+    """One push config of one task; its organisation is the task's."""
+
+    __tablename__ = "a2a_push_configs"
+
+    task_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    id: Mapped[str] = mapped_column(String(MAX_ID_CHARS), primary_key=True)
+    org_id: Mapped[str] = mapped_column(String(40))
+    url: Mapped[str] = mapped_column(String(MAX_URL_CHARS))
+    sealed: Mapped[bytes] = mapped_column(LargeBinary)
+    """``{"token", "scheme", "credentials"}``, sealed with the organisation's vault key."""
+    notified: Mapped[str | None] = mapped_column(String(200), default=None)
+    """``<response id>|<state>`` last announced (claimed): the same is never announced twice."""
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+@dataclass(frozen=True, slots=True)
+class PushSecrets:
+    token: str = ""
+    scheme: str = ""
+    credentials: str = ""
+
+
+class PushConfigs:
+    """The table, and the vault that seals what it holds."""
+
+    def __init__(self, db: Database, vault: Vault) -> None:
+        self.db = db
+        self.vault = vault
+
+    async def put(self, org_id: str, task_id: str, config: TaskPushNotificationConfig) -> A2APushConfigRecord:
+        """Store (or replace, by its id) a config already checked by ``check_config``; InvalidParams
+        past ``MAX_CONFIGS_PER_TASK``."""
+        config_id = config.id or f"push_{uuid.uuid4().hex}"
+        secrets = {
+            "token": config.token,
+            "scheme": config.authentication.scheme,
+            "credentials": config.authentication.credentials,
+        }
+        sealed = await self.vault.seal_blob(org_id, orjson.dumps(secrets), purpose=PURPOSE)
+        async with self.db.session() as s:
+            row = await s.get(A2APushConfigRecord, (task_id, config_id))
+            if row is None:
+                count = (
+                    await s.execute(
+                        select(func.count())
+                        .select_from(A2APushConfigRecord)
+                        .where(A2APushConfigRecord.task_id == task_id)
+                    )
+                ).scalar_one()
+                if count >= MAX_CONFIGS_PER_TASK:
+                    raise ConfigRefused(f"task {task_id} already has {MAX_CONFIGS_PER_TASK} push configs")
+                row = A2APushConfigRecord(task_id=task_id, id=config_id, org_id=org_id, url=config.url)
+                s.add(row)
+            row.url = config.url
+            row.sealed = sealed
+            row.notified = None
+        return row
+
+    async def get(self, task_id: str, config_id: str) -> A2APushConfigRecord | None:
+        async with self.db.session() as s:
+            return await s.get(A2APushConfigRecord, (task_id, config_id))
+
+    async def of_task(self, task_id: str) -> list[A2APushConfigRecord]:
+        async with self.db.session() as s:
+            return list(
+                (
+                    await s.execute(
+                        select(A2APushConfigRecord)
+                        .where(A2APushConfigRecord.task_id == task_id)
+                        .order_by(A2APushConfigRecord.created_at, A2APushConfigRecord.id)
+                    )
+                ).scalars()
+            )
+
+    async def delete(self, task_id: str, config_id: str) -> bool:
+        async with self.db.session() as s:
+            result = await s.execute(
+                delete(A2APushConfigRecord).where(
+                    A2APushConfigRecord.task_id == task_id, A2APushConfigRecord.id == config_id
+                )
+            )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    async def claim(self, row: A2APushConfigRecord, mark: str) -> bool:
+        """Whether this caller is the one to announce ``mark`` to this config (compare-and-set)."""
+        async with self.db.session() as s:
+            result = await s.execute(
+                update(A2APushConfigRecord)
+                .where(
+                    A2APushConfigRecord.task_id == row.task_id,
+                    A2APushConfigRecord.id == row.id,
+                    or_(A2APushConfigRecord.notified.is_(None), A2APushConfigRecord.notified != mark),
+                )
+                .values(notified=mark)
+            )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    async def secrets(self, row: A2APushConfigRecord) -> PushSecrets:
+        plain = orjson.loads(await self.vault.open_blob(row.org_id, row.sealed, purpose=PURPOSE))
+        return PushSecrets(plain.get("token", ""), plain.get("scheme", ""), plain.get("credentials", ""))
+
+    async def as_config(self, row: A2APushConfigRecord) -> TaskPushNotificationConfig:
+        """The config as its owner reads it back: the token, and the authentication's scheme (its
+        credentials are write-only)."""
+        secrets = await self.secrets(row)
+        config = TaskPushNotificationConfig(id=row.id, task_id=row.task_id, url=row.url, token=secrets.token)
+        if secrets.scheme:
+            config.authentication.CopyFrom(AuthenticationInfo(scheme=secrets.scheme))
+        return config
+
+
+class ConfigRefused(Exception):
+    """A push config this server does not take; the message says why (for InvalidParams)."""
+
+
+async def check_config(config: TaskPushNotificationConfig, *, allow_private: bool) -> None:
+    """ConfigRefused unless the config's sizes are within bounds and its URL passes the egress rule."""
+    if not config.url:
+        raise ConfigRefused("url: required")
+    if len(config.url) > MAX_URL_CHARS:
+        raise ConfigRefused(f"url: at most {MAX_URL_CHARS} characters")
+    if len(config.id) > MAX_ID_CHARS:
+        raise ConfigRefused(f"id: at most {MAX_ID_CHARS} characters")
+    if len(config.token) > MAX_SECRET_CHARS or len(config.authentication.credentials) > MAX_SECRET_CHARS:
+        raise ConfigRefused(f"token and credentials: at most {MAX_SECRET_CHARS} characters each")
+    if any(c in config.authentication.scheme for c in "\r\n ") or len(config.authentication.scheme) > 64:
+        raise ConfigRefused("authentication.scheme: one word")
+    if any(c in config.token + config.authentication.credentials for c in "\r\n"):
+        raise ConfigRefused("token and credentials: no line breaks")
+    try:
+        await check_egress(config.url, allow_private=allow_private)
+    except PermissionDenied as exc:
+        raise ConfigRefused(f"url: {exc.message}") from None
+
+
+class PushNotifier:
+    """Announces a task's state to its configs: claimed once per (config, state), POSTed with
+    retries. ``signing_key``: signs each POST as the approval webhooks are signed."""
+
+    def __init__(
+        self,
+        configs: PushConfigs,
+        *,
+        allow_private: bool,
+        signing_key: Callable[[], bytes | None] = lambda: None,
+        http: httpx.AsyncClient | None = None,
+        schedule: RetrySchedule | None = None,
+        timeout: float = TIMEOUT_SECONDS,
+    ) -> None:
+        self.configs = configs
+        self.allow_private = allow_private
+        self.signing_key = signing_key
+        self.schedule = schedule or RetrySchedule(DELIVERY_ATTEMPTS, BACKOFF_SECONDS, MAX_BACKOFF_SECONDS)
+        self.timeout = timeout
+        self._http = http
+
+    async def announce(self, task: Task, mark: str) -> int:
+        """POST ``task`` to each of its configs that has not yet been told ``mark``; how many."""
+        rows = [row for row in await self.configs.of_task(task.id) if await self.configs.claim(row, mark)]
+        if not rows:
+            return 0
+        body = MessageToJson(StreamResponse(task=task), indent=None).encode()
+        await asyncio.gather(*(self._deliver(row, body) for row in rows))
+        return len(rows)
+
+    async def _deliver(self, row: A2APushConfigRecord, body: bytes) -> None:
+        try:
+            secrets = await self.configs.secrets(row)
+            attempts = 0
+            while True:
+                attempts += 1
+                outcome = await self._attempt(row, secrets, body)
+                if outcome.error is None:
+                    logger.info("a2a push %s of task %s delivered", row.id, row.task_id)
+                    return
+                wait = self.schedule.wait(attempts, outcome.retry_after) if outcome.retry else None
+                if wait is None:
+                    logger.warning(
+                        "a2a push %s of task %s not delivered after %d attempt(s): %s",
+                        row.id,
+                        row.task_id,
+                        attempts,
+                        outcome.error,
+                    )
+                    return
+                await asyncio.sleep(wait)
+        except Exception:  # a bug or the vault: logged, never raised into the task's lifecycle
+            logger.exception("a2a push %s of task %s failed", row.id, row.task_id)
+
+    async def _attempt(self, row: A2APushConfigRecord, secrets: PushSecrets, body: bytes) -> AttemptOutcome:
+        try:  # again at each attempt: where the name points may have changed since it was registered
+            await check_egress(row.url, allow_private=self.allow_private)
+        except PermissionDenied as exc:
+            return AttemptOutcome(error=exc.message, retry=False)
+        headers = {"Content-Type": "application/json", "User-Agent": "Hatchway-A2A-Push/1"}
+        if secrets.token:
+            headers["X-A2A-Notification-Token"] = secrets.token
+        if secrets.scheme and secrets.credentials:
+            headers["Authorization"] = f"{secrets.scheme} {secrets.credentials}"
+        key = self.signing_key()
+        if key is not None:
+            timestamp = int(time.time())
+            headers["X-Hatchway-Timestamp"] = str(timestamp)
+            headers["X-Hatchway-Signature"] = sign(key, timestamp, body)
+        import httpx
+
+        try:
+            async with self._client().stream(
+                "POST", row.url, content=body, headers=headers, timeout=self.timeout, follow_redirects=False
+            ) as response:  # the status line is all that is read
+                return classify_answer(response.status_code, response.headers.get("retry-after"))
+        except httpx.TimeoutException:
+            return AttemptOutcome(error=f"timed out after {self.timeout:g} s")
+        except httpx.HTTPError as exc:  # nothing of the exception's text: it may carry the URL
+            return AttemptOutcome(error=f"could not reach the receiver ({type(exc).__name__})")
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            import httpx
+
+            self._http = httpx.AsyncClient(follow_redirects=False, trust_env=False)
+        return self._http
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            client, self._http = self._http, None
+            await client.aclose()
