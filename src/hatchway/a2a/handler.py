@@ -57,6 +57,7 @@ from hatchway.a2a.tasks import (
     FILTERS,
     STATES,
     TERMINAL_EVENTS,
+    WAITING,
     answer_text,
     input_of,
     state_of,
@@ -106,12 +107,15 @@ class AgentTasks(RequestHandler):
         *,
         asks: bool = True,
         push: PushNotifier | None = None,
+        base_url: str | None = None,
     ) -> None:
         """``asks``: the agent has transactional operations (tools.yaml), so a run may end asking
         for a confirmation; without them no task is ever input-required and nobody looks.
         ``push``: push notifications (``push.py``); without it every push method is refused."""
         self.asks = asks
         self.push = push
+        self.base_url = base_url
+        """The gateway's public address: its consent links start with it (auth-required)."""
         self.agent = agent
         self.model = f"agent:{agent}"
         self.responses = responses
@@ -203,6 +207,13 @@ class AgentTasks(RequestHandler):
                 if not await self.operations.cancel(pending[response.id].id, reason, org_id=caller.org_id):
                     raise TaskNotCancelableError(message=f"task {task.id}: its operation was just confirmed")
                 await self.tasks.cancel_asking(task.id, reason)
+                self._watch(task)
+                return await self._task(caller, await self._owned(caller, task.id))
+            snapshot = await self._task(caller, task, history_length=0)
+            if snapshot.status.state == TaskState.TASK_STATE_AUTH_REQUIRED:  # nothing ran: it stops here
+                await self.tasks.cancel_asking(
+                    task.id, "cancelled over A2A while it waited for authorization"
+                )
                 self._watch(task)
                 return await self._task(caller, await self._owned(caller, task.id))
         if response is None or response.status not in ACTIVE:
@@ -345,7 +356,7 @@ class AgentTasks(RequestHandler):
         that end user's conversation and to the operation's arguments as asked."""
         task = await self._owned(caller, task_id)
         snapshot = await self._task(caller, task, history_length=0)
-        if snapshot.status.state != TaskState.TASK_STATE_INPUT_REQUIRED:
+        if snapshot.status.state not in WAITING:
             state = TaskState.Name(snapshot.status.state)
             # A2A 1.0, 3.1.1: a task in a terminal state takes no more messages.
             raise UnsupportedOperationError(
@@ -465,7 +476,7 @@ class AgentTasks(RequestHandler):
             current = await self.tasks.get(task.org_id, task.agent, task.end_user, task_id)
             snapshot = await self._snapshot(current.org_id, current)
             state = snapshot.status.state
-            if state in ENDED or state == TaskState.TASK_STATE_INPUT_REQUIRED:
+            if state in ENDED or state in WAITING:
                 await self.push.announce(snapshot, f"{current.response_id or '-'}|{TaskState.Name(state)}")
         except asyncio.CancelledError:
             raise
@@ -514,6 +525,7 @@ class AgentTasks(RequestHandler):
             history_length=history_length,
             include_artifacts=include_artifacts,
             question=asking,
+            base_url=self.base_url,
         )
 
 

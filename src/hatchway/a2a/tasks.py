@@ -31,6 +31,7 @@ from a2a.utils.errors import ContentTypeNotSupportedError, InvalidParamsError
 from google.protobuf.json_format import MessageToDict
 
 from hatchway.a2a.store import A2ATaskRecord, StateFilter
+from hatchway.engine.tools.mcp.toolset import CONNECT_INTRO
 from hatchway.responses.store import ResponseRecord
 
 ANSWER = "answer"
@@ -101,13 +102,34 @@ def input_of(message: Message) -> list[dict[str, Any]]:
     return [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}]
 
 
-def state_of(task: A2ATaskRecord, response: ResponseRecord | None, *, asks: bool = False) -> TaskState:
-    """``asks``: the response's run left an operation awaiting confirmation."""
+def state_of(
+    task: A2ATaskRecord, response: ResponseRecord | None, *, asks: bool = False, authorize: bool = False
+) -> TaskState:
+    """``asks``: the response's run left an operation awaiting confirmation; ``authorize``: it
+    stopped for the end user to authorize a per-user OAuth server."""
     if response is None or (task.refusal or {}).get("state") == "canceled":
         return REFUSALS[(task.refusal or {}).get("state", "failed")]
     if asks and response.status == "completed":
         return TaskState.TASK_STATE_INPUT_REQUIRED
+    if authorize and response.status == "completed":
+        return TaskState.TASK_STATE_AUTH_REQUIRED
     return STATES.get(response.status, TaskState.TASK_STATE_FAILED)
+
+
+WAITING = {TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED}
+"""Interrupted states: the end user's next message on the task goes on with it."""
+
+
+def stopped_for_authorization(outputs: list[dict[str, Any]], base_url: str | None) -> bool:
+    """The run ended on the gateway's own answer asking the end user to authorize a per-user OAuth
+    server: its last item is that message, with a consent link of this gateway (``base_url``)."""
+    if not outputs or base_url is None:
+        return False
+    last = outputs[-1]
+    if last.get("type") != "message" or last.get("role") != "assistant":
+        return False
+    text = answer_text([last])
+    return text.startswith(CONNECT_INTRO) and f"{base_url.rstrip('/')}/oauth/connect/" in text
 
 
 def task_of(
@@ -119,14 +141,19 @@ def task_of(
     history_length: int | None = None,
     include_artifacts: bool = True,
     question: str | None = None,
+    base_url: str | None = None,
 ) -> Task:
     """The A2A Task of ``task``, its state from ``response``; with its items, its history (the
     user's messages and the agent's, the last ``history_length``) and its answer. ``question``: the
-    confirmation the run asks for (the task is then input-required, the question its status)."""
-    state = state_of(task, response, asks=question is not None)
+    confirmation the run asks for (the task is then input-required, the question its status). A run
+    stopped for a per-user OAuth grant is auth-required, its answer (the consent link) its status."""
+    authorize = (
+        question is None and response is not None and stopped_for_authorization(outputs or [], base_url)
+    )
+    state = state_of(task, response, asks=question is not None, authorize=authorize)
     status = TaskStatus(state=state)
     status.timestamp.FromDatetime(_when(task, response))
-    note = question or _status_text(task, response)
+    note = question or (answer_text(outputs or []) if authorize else None) or _status_text(task, response)
     if note:
         status.message.CopyFrom(agent_message(task, note))
     result = Task(id=task.id, context_id=task.context_id, status=status)

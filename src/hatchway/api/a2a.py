@@ -83,6 +83,7 @@ class A2AAgents:
                 gateway.operations,
                 asks=agent.tools is not None,
                 push=self.push,
+                base_url=gateway.settings.public_base_url,
             )
             self.cards[agent.name] = Router(
                 create_agent_card_routes(agent_card(agent, base_url), card_url=card_path(agent.name))

@@ -242,11 +242,11 @@ def tool_result_key(
     return f"{prefix}{digest}"
 
 
+CONNECT_INTRO = "To continue, connect your account (the link works once and expires):\n"
+"""How ``connect_message`` begins (A2A reads a run that ended on it as ``auth-required``)."""
+
+
 def connect_message(links: dict[str, str]) -> str:
     """What the end user reads when a server needs their authorization first."""
     lines = [f"- {server}: {link}" for server, link in sorted(links.items())]
-    return (
-        "To continue, connect your account (the link works once and expires):\n"
-        + "\n".join(lines)
-        + "\nThen send your request again."
-    )
+    return CONNECT_INTRO + "\n".join(lines) + "\nThen send your request again."
