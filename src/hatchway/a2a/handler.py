@@ -338,13 +338,13 @@ class AgentTasks(RequestHandler):
                 caller.end_user,
                 refusal={"state": "rejected", "message": refused},
             )
-            await self._started(caller, task, push)
+            await self._started(caller, task, push, new=True)
             return task, None, None
         assert response is not None
         task = await self.tasks.add(
             caller.org_id, self.agent, context_id, caller.end_user, response_id=response.id
         )
-        await self._started(caller, task, push)
+        await self._started(caller, task, push, new=True)
         return task, response, events
 
     async def _answer(
@@ -442,15 +442,20 @@ class AgentTasks(RequestHandler):
             raise InvalidParamsError(message=f"push notification config: {exc}") from None
 
     async def _started(
-        self, caller: Caller, task: A2ATaskRecord, push: TaskPushNotificationConfig | None
+        self,
+        caller: Caller,
+        task: A2ATaskRecord,
+        push: TaskPushNotificationConfig | None,
+        *,
+        new: bool = False,
     ) -> None:
         """A task just started or went on: its config from the message stored, and a watcher
-        started if it has any config."""
+        started if it has any config (a ``new`` task has none but the message's: not looked up)."""
         if self.push is None:
             return
         if push is not None:
             await self._put_push(caller, task, push)
-        elif not await self.push.configs.of_task(task.id):
+        elif new or not await self.push.configs.of_task(task.id):
             return
         self._watch(task)
 
