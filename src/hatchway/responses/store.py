@@ -35,6 +35,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 
 from hatchway.errors import NotFound
@@ -175,14 +176,7 @@ class ResponseStore:
 
     async def get(self, org_id: str, response_id: str) -> ResponseRecord:
         async with self.db.session() as s:
-            row = await s.scalar(
-                select(ResponseRecord).where(
-                    ResponseRecord.id == response_id, ResponseRecord.org_id == org_id
-                )
-            )
-        if row is None:
-            raise NotFound(f"No response with id '{response_id}'.", param="response_id")
-        return row
+            return await _one(s, org_id, response_id)
 
     async def with_items(
         self, org_id: str, response_id: str
@@ -190,13 +184,7 @@ class ResponseStore:
         """A response with its input and output items, read in one transaction (an A2A Task is
         built from all three on every read)."""
         async with self.db.session() as s:
-            row = await s.scalar(
-                select(ResponseRecord).where(
-                    ResponseRecord.id == response_id, ResponseRecord.org_id == org_id
-                )
-            )
-            if row is None:
-                raise NotFound(f"No response with id '{response_id}'.", param="response_id")
+            row = await _one(s, org_id, response_id)
             items = await s.scalars(
                 select(ResponseItemRecord)
                 .where(ResponseItemRecord.response_id == response_id)
@@ -453,6 +441,16 @@ class ResponseStore:
                 .values(status="failed", error=error, updated_at=now, lease_expires_at=None)
             )
         return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+async def _one(session: AsyncSession, org_id: str, response_id: str) -> ResponseRecord:
+    """The organisation's response; NotFound (the same for another organisation's) otherwise."""
+    row = await session.scalar(
+        select(ResponseRecord).where(ResponseRecord.id == response_id, ResponseRecord.org_id == org_id)
+    )
+    if row is None:
+        raise NotFound(f"No response with id '{response_id}'.", param="response_id")
+    return row
 
 
 def _item_rows(response_id: str, direction: str, items: list[dict[str, Any]]) -> list[ResponseItemRecord]:
