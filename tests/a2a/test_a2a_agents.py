@@ -100,7 +100,8 @@ def test_the_card_names_both_bindings_and_the_key_and_only_published_agents_have
     a2a_gateway: RunningGateway,
 ) -> None:
     card = httpx.get(f"{a2a_gateway.url}/a2a/helper/.well-known/agent-card.json", timeout=10).json()
-    assert card["name"] == "helper" and card["description"] == "You help."
+    assert card["name"] == "helper" and card["description"] == "The Hatchway agent helper."
+    assert "You help" not in str(card)  # the public card never shows the agent's instructions
     bindings = {i["protocolBinding"]: i["url"] for i in card["supportedInterfaces"]}
     assert bindings == {
         "JSONRPC": f"{a2a_gateway.url}/a2a/helper",

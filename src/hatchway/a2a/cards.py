@@ -39,9 +39,8 @@ def card_path(agent: str) -> str:
 
 def agent_card(agent: AgentConfig, base_url: str) -> AgentCard:
     base = base_url.rstrip("/")
-    description = (
-        agent.a2a.description or _first_line(agent.instructions) or f"The Hatchway agent {agent.name}."
-    )
+    # Never the instructions: the card is public, and a system prompt is not for strangers to read.
+    description = agent.a2a.description or f"The Hatchway agent {agent.name}."
     card = AgentCard(
         name=agent.name,
         description=description,
@@ -88,7 +87,3 @@ def _skills(agent: AgentConfig, description: str) -> list[AgentSkill]:
             for s in agent.a2a.skills
         ]
     return [AgentSkill(id=agent.name, name=agent.name, description=description, tags=["hatchway"])]
-
-
-def _first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), "")[:500]

@@ -345,7 +345,8 @@ class AgentA2ASettings(StrictModel):
     publish: bool = False
     """Serve this agent over A2A (off unless set: an agent is published by the operator's choice)."""
     description: Annotated[str, Field(max_length=2000)] | None = None
-    """The card's description (default: the first line of the agent's instructions)."""
+    """The card's description (default: "The Hatchway agent <name>."; never the instructions: the card
+    is public)."""
     skills: Annotated[list[A2ASkill], Field(max_length=64)] = Field(default_factory=list)
     """The card's skills; default: one per tool of the agent's tools.yaml (or one for the agent)."""
 
