@@ -31,7 +31,7 @@ from a2a.utils.errors import ContentTypeNotSupportedError, InvalidParamsError
 from google.protobuf.json_format import MessageToDict
 
 from hatchway.a2a.store import A2ATaskRecord, StateFilter
-from hatchway.engine.tools.mcp.toolset import CONNECT_INTRO
+from hatchway.engine.tools.payloads import CONNECT_INTRO
 from hatchway.responses.store import ResponseRecord
 
 ANSWER = "answer"

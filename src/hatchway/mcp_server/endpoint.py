@@ -53,7 +53,8 @@ from hatchway.engine.tools.mcp.inputs import InputAnswerer
 from hatchway.engine.tools.mcp.pinning import ToolPinning
 from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
 from hatchway.engine.tools.mcp.pool import McpServerPool
-from hatchway.engine.tools.mcp.toolset import connect_message, tool_result_key, user_grant
+from hatchway.engine.tools.mcp.toolset import tool_result_key, user_grant
+from hatchway.engine.tools.payloads import connect_message
 from hatchway.errors import AuthorizationRequired, LimitsUnavailable, RateLimited
 from hatchway.json_limits import MAX_JSON_DEPTH, too_deep
 from hatchway.limits.scopes import Requester

@@ -48,3 +48,13 @@ def is_error_body(output: str) -> bool:
     except orjson.JSONDecodeError:
         return False
     return isinstance(body, dict) and set(body) == {"error"} and isinstance(body["error"], dict)
+
+
+CONNECT_INTRO = "To continue, connect your account (the link works once and expires):\n"
+"""How ``connect_message`` begins (A2A reads a run that ended on it as ``auth-required``)."""
+
+
+def connect_message(links: dict[str, str]) -> str:
+    """What the end user reads when a server needs their authorization first."""
+    lines = [f"- {server}: {link}" for server, link in sorted(links.items())]
+    return CONNECT_INTRO + "\n".join(lines) + "\nThen send your request again."

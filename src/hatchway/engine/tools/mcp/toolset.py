@@ -23,7 +23,7 @@ from hatchway.engine.tools.mcp.pinning import ToolPinning
 from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
 from hatchway.engine.tools.mcp.pool import connection_key
 from hatchway.engine.tools.mcp.questions import InputQuestions, InputRequested, PendingInput, check_answerer
-from hatchway.engine.tools.payloads import error_body, fit_output, parse_arguments
+from hatchway.engine.tools.payloads import connect_message, error_body, fit_output, parse_arguments
 from hatchway.errors import AuthorizationRequired, HatchwayError, ToolOutcomeUnknown, ToolTimeout
 from hatchway.store.cache import Cache
 
@@ -240,13 +240,3 @@ def tool_result_key(
     ]
     digest = hashlib.sha256(orjson.dumps(material, option=orjson.OPT_SORT_KEYS)).hexdigest()
     return f"{prefix}{digest}"
-
-
-CONNECT_INTRO = "To continue, connect your account (the link works once and expires):\n"
-"""How ``connect_message`` begins (A2A reads a run that ended on it as ``auth-required``)."""
-
-
-def connect_message(links: dict[str, str]) -> str:
-    """What the end user reads when a server needs their authorization first."""
-    lines = [f"- {server}: {link}" for server, link in sorted(links.items())]
-    return CONNECT_INTRO + "\n".join(lines) + "\nThen send your request again."
