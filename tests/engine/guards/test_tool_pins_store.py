@@ -3,6 +3,8 @@ organisation can make the store hold is bounded, and what is stored has the run'
 
 from __future__ import annotations
 
+import uuid
+
 import mcp_types as types
 import pytest
 
@@ -31,7 +33,8 @@ def _server(server_id: str) -> McpServerConfig:
 async def _setup(database_url: str, **pins_options: int) -> tuple[Database, ToolPins, RunContext]:
     db = Database(database_url)
     await db.migrate()
-    org = await OrgStore(db).create_org(f"pins-{id(db)}")
+    # A fresh name: id(db) repeats once an earlier test's Database is collected, on one shared PostgreSQL.
+    org = await OrgStore(db).create_org(f"pins-{uuid.uuid4().hex[:12]}")
     ctx = RunContext.from_headers(
         Principal(org.id, org.name), {}, deadline_seconds=5, known_secrets=Redactor([SECRET])
     )
