@@ -14,7 +14,6 @@ import asyncio
 import base64
 import binascii
 import logging
-import uuid
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -463,11 +462,14 @@ class AgentTasks(RequestHandler):
         """Follow the task's response to its end, in the background, then announce its state."""
         if self.push is None:
             return
-        # In the gateway's task registry: cancelled (not left pending) when the gateway stops.
+        # One watcher per task and run in this process, however many configs a caller creates or
+        # replaces (each would otherwise hold a follower of the same run); it announces to every config
+        # the task has when the run ends. In the gateway's task registry: cancelled when it stops.
+        key = f"a2a-push:{task.id}:{task.response_id or '-'}:{task.refusal is not None}"
+        if key in self.responses.tasks.running():
+            return
         try:
-            self.responses.tasks.spawn(
-                f"a2a-push:{task.id}:{uuid.uuid4().hex[:8]}", self._announce_when_ended(task.id, task)
-            )
+            self.responses.tasks.spawn(key, self._announce_when_ended(task.id, task))
         except RuntimeError:  # shutting down: the end is not announced, as after a restart
             logger.info("a2a push: not watching task %s, the gateway is stopping", task.id)
 
