@@ -10,12 +10,10 @@ the responses of the same ``contextId``. Who asks comes from the API layer, alre
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import logging
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -25,19 +23,14 @@ from a2a.server.request_handlers.request_handler import RequestHandler
 from a2a.types import (
     AgentCard,
     CancelTaskRequest,
-    DeleteTaskPushNotificationConfigRequest,
     GetExtendedAgentCardRequest,
-    GetTaskPushNotificationConfigRequest,
     GetTaskRequest,
-    ListTaskPushNotificationConfigsRequest,
-    ListTaskPushNotificationConfigsResponse,
     ListTasksRequest,
     ListTasksResponse,
     Message,
     SendMessageRequest,
     SubscribeToTaskRequest,
     Task,
-    TaskPushNotificationConfig,
     TaskState,
 )
 from a2a.utils.errors import (
@@ -49,12 +42,13 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 
-from hatchway.a2a.push import A2APushConfigRecord, ConfigRefused, PushNotifier, check_config
+from hatchway.a2a.caller import Caller, caller_of
+from hatchway.a2a.push import PushNotifier
+from hatchway.a2a.push_methods import TaskPushes
 from hatchway.a2a.store import A2ATaskRecord, A2ATasks, Cursor, StateFilter, new_context_id
 from hatchway.a2a.tasks import (
     ENDED,
     FILTERS,
-    STATES,
     TERMINAL_EVENTS,
     WAITING,
     answer_text,
@@ -64,7 +58,6 @@ from hatchway.a2a.tasks import (
     task_of,
     text_update,
 )
-from hatchway.engine.context import RunContext
 from hatchway.engine.tools.operations.store import OperationStore
 from hatchway.errors import Conflict, HatchwayError, InvalidRequest, NotFound
 from hatchway.responses.events import EventLog
@@ -74,29 +67,11 @@ from hatchway.responses.wire import CreateResponseRequest
 
 logger = logging.getLogger(__name__)
 
-CALLER = "hatchway.caller"
-"""The key of the ``Caller`` in a ``ServerCallContext``'s state."""
-
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 100
 
 
-@dataclass(frozen=True, slots=True)
-class Caller:
-    """The authenticated request: its run context (principal, end user, headers, deadline)."""
-
-    ctx: RunContext
-
-    @property
-    def org_id(self) -> str:
-        return self.ctx.principal.org_id
-
-    @property
-    def end_user(self) -> str | None:
-        return self.ctx.on_behalf_of
-
-
-class AgentTasks(RequestHandler):
+class AgentTasks(TaskPushes, RequestHandler):
     def __init__(
         self,
         agent: str,
@@ -125,7 +100,7 @@ class AgentTasks(RequestHandler):
 
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
         """A new task, answered when it ends (or at once with ``returnImmediately``)."""
-        caller = _caller(context)
+        caller = caller_of(context)
         task, response, events = await self._start(params, caller)
         if response is not None and not params.configuration.return_immediately:
             async for _ in self._events(response, events):
@@ -136,7 +111,7 @@ class AgentTasks(RequestHandler):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
         """The task at once, then its state and its answer as they change, until it ends."""
-        caller = _caller(context)
+        caller = caller_of(context)
         task, response, events = await self._start(params, caller)
         yield await self._task(caller, task, history_length=_history_length(params))
         if response is not None:
@@ -146,7 +121,7 @@ class AgentTasks(RequestHandler):
     # -- tasks ----------------------------------------------------------------------------------
 
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
-        caller = _caller(context)
+        caller = caller_of(context)
         _check_history_length(params)
         task = await self._owned(caller, params.id)
         length = params.history_length if params.HasField("history_length") else None
@@ -156,7 +131,7 @@ class AgentTasks(RequestHandler):
         """The caller's tasks of this agent, most recently updated first, a cursor's page at a time;
         ``status`` and ``statusTimestampAfter`` filter before the page is cut (``totalSize`` counts
         every match)."""
-        caller = _caller(context)
+        caller = caller_of(context)
         _check_history_length(params)
         size = params.page_size if params.HasField("page_size") else DEFAULT_PAGE_SIZE
         if not 1 <= size <= MAX_PAGE_SIZE:
@@ -196,7 +171,7 @@ class AgentTasks(RequestHandler):
         )
 
     async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
-        caller = _caller(context)
+        caller = caller_of(context)
         task = await self._owned(caller, params.id)
         response = await self.responses.get(caller.org_id, task.response_id) if task.response_id else None
         if response is not None and response.status == "completed" and task.refusal is None:
@@ -229,7 +204,7 @@ class AgentTasks(RequestHandler):
     ) -> AsyncGenerator[Event]:
         """The task as it is now, then its changes until it ends (from any replica: a response
         running elsewhere is followed through the store)."""
-        caller = _caller(context)
+        caller = caller_of(context)
         task = await self._owned(caller, params.id)
         snapshot = await self._task(caller, task)
         if snapshot.status.state in ENDED:  # A2A 3.1.6: a task in a terminal state has no stream
@@ -241,53 +216,6 @@ class AgentTasks(RequestHandler):
         response = await self.responses.get(caller.org_id, task.response_id)
         async for event in self._updates(caller, task, response):
             yield event
-
-    # -- push notifications (push.py) ---------------------------------------------------------
-
-    async def on_create_task_push_notification_config(
-        self, params: TaskPushNotificationConfig, context: ServerCallContext
-    ) -> TaskPushNotificationConfig:
-        """A config for one of the caller's tasks; its URL passes the egress rule of inline plugins.
-        The task's state, if it already is one that is announced, is sent at once."""
-        caller = _caller(context)
-        notifier = self._notifier()
-        task = await self._owned(caller, params.task_id)
-        await self._check_push(params)
-        row = await self._put_push(caller, task, params)
-        self._watch(task)
-        return await notifier.configs.as_config(row)
-
-    async def on_get_task_push_notification_config(
-        self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
-    ) -> TaskPushNotificationConfig:
-        caller = _caller(context)
-        notifier = self._notifier()
-        task = await self._owned(caller, params.task_id)
-        row = await notifier.configs.get(task.id, params.id)
-        if row is None:
-            raise TaskNotFoundError(message=f"task {task.id} has no push config {params.id!r}")
-        return await notifier.configs.as_config(row)
-
-    async def on_list_task_push_notification_configs(
-        self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
-    ) -> ListTaskPushNotificationConfigsResponse:
-        """Every config of the task (at most ``MAX_CONFIGS_PER_TASK``: one page)."""
-        caller = _caller(context)
-        notifier = self._notifier()
-        task = await self._owned(caller, params.task_id)
-        rows = await notifier.configs.of_task(task.id)
-        return ListTaskPushNotificationConfigsResponse(
-            configs=[await notifier.configs.as_config(row) for row in rows]
-        )
-
-    async def on_delete_task_push_notification_config(
-        self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
-    ) -> None:
-        caller = _caller(context)
-        notifier = self._notifier()
-        task = await self._owned(caller, params.task_id)
-        if not await notifier.configs.delete(task.id, params.id):
-            raise TaskNotFoundError(message=f"task {task.id} has no push config {params.id!r}")
 
     # -- what this server does not offer (its card says so) ------------------------------------
 
@@ -419,77 +347,6 @@ class AgentTasks(RequestHandler):
             if event.get("type") in TERMINAL_EVENTS:
                 return
 
-    # -- push notifications' plumbing ------------------------------------------------------------
-
-    def _notifier(self) -> PushNotifier:
-        if self.push is None:
-            raise UnsupportedOperationError(message="push notifications are not configured here")
-        return self.push
-
-    async def _check_push(self, config: TaskPushNotificationConfig) -> None:
-        try:
-            await check_config(config, allow_private=self._notifier().allow_private)
-        except ConfigRefused as exc:
-            raise InvalidParamsError(message=f"push notification config: {exc}") from None
-
-    async def _put_push(
-        self, caller: Caller, task: A2ATaskRecord, config: TaskPushNotificationConfig
-    ) -> A2APushConfigRecord:
-        try:
-            return await self._notifier().configs.put(caller.org_id, task.id, config)
-        except ConfigRefused as exc:
-            raise InvalidParamsError(message=f"push notification config: {exc}") from None
-
-    async def _started(
-        self,
-        caller: Caller,
-        task: A2ATaskRecord,
-        push: TaskPushNotificationConfig | None,
-        *,
-        new: bool = False,
-    ) -> None:
-        """A task just started or went on: its config from the message stored, and a watcher
-        started if it has any config (a ``new`` task has none but the message's: not looked up)."""
-        if self.push is None:
-            return
-        if push is not None:
-            await self._put_push(caller, task, push)
-        elif new or not await self.push.configs.of_task(task.id):
-            return
-        self._watch(task)
-
-    def _watch(self, task: A2ATaskRecord) -> None:
-        """Follow the task's response to its end, in the background, then announce its state."""
-        if self.push is None:
-            return
-        # One watcher per task and run in this process, however many configs a caller creates or
-        # replaces (each would otherwise hold a follower of the same run); it announces to every config
-        # the task has when the run ends. In the gateway's task registry: cancelled when it stops.
-        key = f"a2a-push:{task.id}:{task.response_id or '-'}:{task.refusal is not None}"
-        if key in self.responses.tasks.running():
-            return
-        try:
-            self.responses.tasks.spawn(key, self._announce_when_ended(task.id, task))
-        except RuntimeError:  # shutting down: the end is not announced, as after a restart
-            logger.info("a2a push: not watching task %s, the gateway is stopping", task.id)
-
-    async def _announce_when_ended(self, task_id: str, task: A2ATaskRecord) -> None:
-        assert self.push is not None
-        try:
-            if task.response_id is not None and task.refusal is None:
-                response = await self.responses.get(task.org_id, task.response_id)
-                async for _ in self._events(response):
-                    pass
-            current = await self.tasks.get(task.org_id, task.agent, task.end_user, task_id)
-            snapshot = await self._snapshot(current.org_id, current)
-            state = snapshot.status.state
-            if state in ENDED or state in WAITING:
-                await self.push.announce(snapshot, f"{current.response_id or '-'}|{TaskState.Name(state)}")
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            logger.exception("a2a push: announcing task %s failed", task_id)
-
     async def _owned(self, caller: Caller, task_id: str) -> A2ATaskRecord:
         try:
             return await self.tasks.get(caller.org_id, self.agent, caller.end_user, task_id)
@@ -534,15 +391,6 @@ class AgentTasks(RequestHandler):
             question=asking,
             base_url=self.base_url,
         )
-
-
-def _caller(context: ServerCallContext) -> Caller:
-    caller = context.state.get(CALLER)
-    if not isinstance(
-        caller, Caller
-    ):  # the API layer always sets it: a request that got here unauthenticated
-        raise InternalError(message="unauthenticated A2A call")
-    return caller
 
 
 def _history_length(params: SendMessageRequest) -> int | None:
@@ -592,4 +440,4 @@ def _a2a_error(exc: HatchwayError) -> A2AError:
     return InternalError(message=exc.message)
 
 
-__all__ = ["CALLER", "STATES", "AgentTasks", "Caller", "state_of"]
+__all__ = ["AgentTasks"]

@@ -17,8 +17,9 @@ from starlette.requests import Request
 from starlette.routing import Router
 from starlette.types import Receive, Scope, Send
 
+from hatchway.a2a.caller import CALLER, Caller
 from hatchway.a2a.cards import PREFIX, agent_card, card_path, jsonrpc_path, rest_path
-from hatchway.a2a.handler import CALLER, AgentTasks, Caller
+from hatchway.a2a.handler import AgentTasks
 from hatchway.a2a.push import PushConfigs, PushNotifier
 from hatchway.a2a.store import A2ATasks
 from hatchway.api.auth import admit, source_of
