@@ -33,6 +33,7 @@ from hatchway.store.db import Database
 from hatchway.store.orgs import OrgStore
 from tests.support.contas import ANSWER, ASK, QUESTION, RunningContas, contas_model
 from tests.support.gateway import RunningGateway, base_config, write_config
+from tests.support.schema import migration_differences
 from tests.support.scripted_llm import ScriptedLLM
 from tests.support.servers import free_port
 
@@ -262,26 +263,9 @@ def test_a_viewer_key_is_refused_and_a_revoked_or_unknown_key_is_not_let_in(
 
 
 def test_the_task_table_is_as_its_migration_makes_it(tmp_path: Path) -> None:
-    from alembic.autogenerate import compare_metadata
-    from alembic.migration import MigrationContext
-    from sqlalchemy import create_engine
-
     import hatchway.a2a.store  # noqa: F401  (its table in Base.metadata)
-    from hatchway.store.tables import Base
 
-    url = f"sqlite+aiosqlite:///{tmp_path / 'm.db'}"
-
-    async def migrate() -> None:
-        db = Database(url)
-        await db.migrate()
-        await db.close()
-
-    asyncio.run(migrate())
-    engine = create_engine(f"sqlite:///{tmp_path / 'm.db'}")
-    with engine.connect() as conn:
-        differences = compare_metadata(MigrationContext.configure(conn), Base.metadata)
-    engine.dispose()
-    assert [d for d in differences if "a2a_tasks" in repr(d)] == []
+    assert migration_differences(tmp_path, "a2a_tasks") == []
 
 
 @pytest.fixture

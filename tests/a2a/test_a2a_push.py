@@ -30,6 +30,7 @@ from hatchway.engine.tools.operations.notifications import verify_signature
 from hatchway.store.db import Database
 from tests.a2a.test_a2a_agents import BINDINGS, client_for, only_task, user_message
 from tests.support.gateway import RunningGateway, base_config, write_config
+from tests.support.schema import migration_differences
 from tests.support.scripted_llm import ScriptedLLM
 from tests.support.servers import free_port
 
@@ -335,23 +336,6 @@ async def test_another_organisation_or_end_user_cannot_read_or_delete_a_config_a
 
 
 def test_the_push_table_is_as_its_migration_makes_it(tmp_path: Path) -> None:
-    from alembic.autogenerate import compare_metadata
-    from alembic.migration import MigrationContext
-    from sqlalchemy import create_engine
-
     import hatchway.a2a.push  # noqa: F401  (its table in Base.metadata)
-    from hatchway.store.tables import Base
 
-    url = f"sqlite+aiosqlite:///{tmp_path / 'm.db'}"
-
-    async def migrate() -> None:
-        db = Database(url)
-        await db.migrate()
-        await db.close()
-
-    asyncio.run(migrate())
-    engine = create_engine(f"sqlite:///{tmp_path / 'm.db'}")
-    with engine.connect() as conn:
-        differences = compare_metadata(MigrationContext.configure(conn), Base.metadata)
-    engine.dispose()
-    assert [d for d in differences if "a2a_push_configs" in repr(d)] == []
+    assert migration_differences(tmp_path, "a2a_push_configs") == []
