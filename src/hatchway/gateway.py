@@ -31,6 +31,7 @@ from hatchway.engine.tools.mcp.credentials import McpCredentials
 from hatchway.engine.tools.mcp.pinning import ToolPinning
 from hatchway.engine.tools.mcp.pool import McpServerPool, PoolBounds, keep_expiring
 from hatchway.engine.tools.mcp.questions import InputQuestions
+from hatchway.engine.tools.mcp.task_ledger import TaskLedger
 from hatchway.engine.tools.operations.approvals import ApprovalDesk
 from hatchway.engine.tools.operations.binding import OperationBinding
 from hatchway.engine.tools.operations.notifications import ApprovalNotifier
@@ -207,6 +208,8 @@ class Gateway:
         """Tool-definition pins (``hatchway tools``, ``/v1/tools/drift``), per organisation and server."""
         self.tool_pinning = ToolPinning(self.tool_pins)
         """Each listing of an MCP server's tools checked against the pins: runs' and ``/mcp/<name>``'s."""
+        self.mcp_tasks = TaskLedger(self.db, ttl_seconds=settings.mcp_tasks.ttl_seconds)
+        """MCP tasks both ways: runs' upstream tasks and the endpoints' tasks (``mcp_tasks``)."""
         plugins = PluginBinding(
             settings,
             plugins=self.plugins,
@@ -216,6 +219,7 @@ class Gateway:
             questions=self.questions,
             models=self.models,
             pinning=self.tool_pinning,
+            tasks=self.mcp_tasks,
         )
         operation_binding = OperationBinding(settings, self.operations)
         self.planner = Planner(settings, models=self.models, plugins=plugins, operations=operation_binding)
@@ -289,6 +293,19 @@ class Gateway:
         """hatchway.yaml's limits with ``hatchway limits set``'s laid over them."""
         return overlaid(self.settings.limits, await self.limit_overrides.all())
 
+    async def _resumable(self, response_ids: list[str]) -> list[str]:
+        """Of these lost background runs, those waiting on an open upstream MCP task, each at most
+        ``mcp_tasks.max_resumes`` times."""
+        waiting = await self.mcp_tasks.open_responses(response_ids)
+        again = [rid for rid, resumes in waiting.items() if resumes < self.settings.mcp_tasks.max_resumes]
+        for response_id in again:
+            await self.mcp_tasks.note_resumed(response_id)
+            logger.warning(
+                "background response %s lost its replica while waiting on an MCP task: queued again",
+                response_id,
+            )
+        return again
+
     async def start(self) -> None:
         """Apply migrations (or, with ``migrate_on_start: false``, require them applied) and start
         background writers."""
@@ -300,8 +317,11 @@ class Gateway:
         self.log_writer.start()
         await self.limits.refresh()
         self.tasks.spawn("limits:refresh", self.limits.keep_refreshing())
-        await self.responses.store.fail_expired(RUN_LOST)
-        self.tasks.spawn("responses:leases", keep_leases(self.responses.store, self.tasks))
+        # With the job queue, a background response waiting on an upstream MCP task when its replica
+        # died runs again (and polls the same task) instead of failing.
+        resumable = self._resumable if self.jobs is not None else None
+        await self.responses.store.fail_expired(RUN_LOST, resumable)
+        self.tasks.spawn("responses:leases", keep_leases(self.responses.store, self.tasks, resumable))
         if self.jobs is not None:
             requeue = keep_requeueing(
                 self.responses.store,

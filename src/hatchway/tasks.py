@@ -16,6 +16,13 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 
+CANCELLED_BY_REQUEST = "hatchway: cancelled by request"
+"""The message of a cancellation someone asked for (a response cancelled), as opposed to the process
+stopping: what a run waiting on an MCP task cancels the upstream task for (``mcp/task_calls.py``)."""
+DEADLINE_PASSED = "hatchway: deadline passed"
+"""The message a run's tool call is cancelled with when the run's deadline passes (likewise)."""
+
+
 class TaskRegistry:
     """A registry of named asyncio tasks, each with an optional attachment (e.g. its event log)."""
 
@@ -64,11 +71,11 @@ class TaskRegistry:
         return list(self._tasks)
 
     def cancel(self, key: str) -> bool:
-        """Cancel the task named ``key`` if it runs in this process."""
+        """Cancel the task named ``key`` if it runs in this process (asked: ``CANCELLED_BY_REQUEST``)."""
         task = self._tasks.get(key)
         if task is None or task.done():
             return False
-        task.cancel()
+        task.cancel(CANCELLED_BY_REQUEST)
         return True
 
     async def close(self) -> None:

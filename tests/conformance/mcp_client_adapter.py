@@ -13,6 +13,8 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 # The suite's authorization servers approve at once; the scenario's own documents name this
 # client metadata URL (it is never fetched by the suite's server).
@@ -54,6 +56,19 @@ def probe_arguments(scenario: str, context: dict[str, object]) -> tuple[list[str
     if scenario == "auth/client-credentials-jwt":
         options = ["--client-id", str(context["client_id"]), "--private-key-stdin", "--call", "test-tool"]
         return options, str(context["private_key_pem"])
+    if scenario == "auth/wif-jwt-bearer":
+        # The workload's identity token, as a projected service account token would be handed over.
+        return ["--client-id", str(context["client_id"]), "--assertion-stdin"], str(context["valid_jwt"])
+    if scenario in ("auth/dpop", "auth/dpop-nonce"):
+        options = [
+            "--oauth-headless",
+            "--client-metadata-url",
+            CLIENT_METADATA_URL,
+            "--dpop",
+            "--call",
+            "test-tool",
+        ]
+        return options, None
     if scenario.startswith("auth/"):
         options = ["--oauth-headless", "--client-metadata-url", CLIENT_METADATA_URL, "--call", "test-tool"]
         if context.get("client_id"):
@@ -64,13 +79,55 @@ def probe_arguments(scenario: str, context: dict[str, object]) -> tuple[list[str
     return [], None  # initialize, json-schema-ref-no-deref, anything else: connect and list the tools
 
 
+def enterprise_arguments(context: dict[str, object], id_token_file: Path) -> tuple[list[str], str]:
+    """Enterprise-managed authorization: the user's ID token (in a file, as a sign-in would leave it)
+    is exchanged at the IdP for an ID-JAG, which the confidential client presents."""
+    id_token_file.write_text(str(context["idp_id_token"]), encoding="utf-8")
+    options = [
+        "--client-id",
+        str(context["client_id"]),
+        "--client-secret-stdin",
+        "--idp-token-url",
+        str(context["idp_token_endpoint"]),
+        "--idp-client-id",
+        str(context["idp_client_id"]),
+        "--subject-token-file",
+        str(id_token_file),
+        "--call",
+        "test-tool",
+    ]
+    return options, str(context["client_secret"])
+
+
+def probe(url: str, options: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "hatchway", "mcp", "probe", url, "--timeout", "20", *options]
+    return subprocess.run(command, input=stdin, text=True, check=False, capture_output="--json" in options)
+
+
+def echo_schema(url: str) -> int:
+    """json-schema-2020-12-preservation: list the tools, then hand the focal tool's inputSchema, as
+    the client holds it, back to the echo tool."""
+    listing = probe(url, ["--json"])
+    if listing.returncode != 0:
+        sys.stderr.write(listing.stderr)
+        return listing.returncode
+    tools = {tool["name"]: tool for tool in json.loads(listing.stdout)["tools"]}
+    schema = tools["json_schema_2020_12_tool"]["inputSchema"]
+    return probe(url, ["--call", "json_schema_echo", "--args", json.dumps({"schema": schema})]).returncode
+
+
 def main() -> int:
     url = sys.argv[-1]
     scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
     context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
+    if scenario == "json-schema-2020-12-preservation":
+        return echo_schema(url)
+    if scenario == "auth/enterprise-managed-authorization":
+        with tempfile.TemporaryDirectory() as folder:
+            options, stdin = enterprise_arguments(context, Path(folder) / "id_token.jwt")
+            return probe(url, options, stdin).returncode
     options, stdin = probe_arguments(scenario, context)
-    command = [sys.executable, "-m", "hatchway", "mcp", "probe", url, "--timeout", "20", *options]
-    return subprocess.run(command, input=stdin, text=True, check=False).returncode
+    return probe(url, options, stdin).returncode
 
 
 if __name__ == "__main__":

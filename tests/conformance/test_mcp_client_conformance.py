@@ -4,8 +4,10 @@ Two referees, both pinned in ``.ci/node-tools.json``:
 
 - ``@modelcontextprotocol/conformance@0.2.0-alpha.12`` with ``--requirements 2026-07-28``: exactly
   the 32 client scenarios the 2026-07-28 revision froze (stateless wire, MRTR, standard and custom
-  headers, and 25 authorization-code flows), plus the extensions it runs unscored, of which the
-  client-credentials ones must pass too;
+  headers, and 25 authorization-code flows), plus the seven it runs unscored, which must pass too:
+  client credentials (secret and private key), DPoP with and without nonces, workload identity
+  federation (jwt-bearer), enterprise-managed authorization (ID-JAG) and JSON Schema 2020-12
+  preservation;
 - ``@modelcontextprotocol/conformance@0.1.16``'s ``core`` suite at the 2025 wire, so servers of
   that era keep working.
 
@@ -32,7 +34,15 @@ from tests.support.node_tools import node_bin, node_env, package_file
 ADAPTER = Path(__file__).with_name("mcp_client_adapter.py")
 SUITE_2026 = "@modelcontextprotocol/conformance-2026"  # npm alias of 0.2.0-alpha.12
 SUITE_2025 = "@modelcontextprotocol/conformance"  # 0.1.16
-MUST_PASS_UNSCORED = {"auth/client-credentials-basic", "auth/client-credentials-jwt"}
+MUST_PASS_UNSCORED = {
+    "auth/client-credentials-basic",
+    "auth/client-credentials-jwt",
+    "auth/dpop",
+    "auth/dpop-nonce",
+    "auth/enterprise-managed-authorization",
+    "auth/wif-jwt-bearer",
+    "json-schema-2020-12-preservation",
+}
 _STAMP = re.compile(r"-\d{4}-\d{2}-\d{2}T[\d-]+Z$")
 
 
@@ -94,9 +104,16 @@ def _frozen_client_scenarios() -> set[str]:
     return set(frozen["client"])
 
 
+def _unscored_client_scenarios() -> set[str]:
+    requirements = package_file(SUITE_2026, "requirements/2026-07-28.yaml")
+    frozen = yaml.safe_load(requirements.read_text(encoding="utf-8"))
+    return {entry["scenario"] for entry in frozen["not_scored"] if entry.get("leg") == "client"}
+
+
 def test_the_client_passes_every_scored_2026_07_28_scenario(tmp_path: Path) -> None:
     scored = _frozen_client_scenarios()
     assert len(scored) == 32, sorted(scored)  # what the 2026-07-28 revision froze
+    assert _unscored_client_scenarios() == MUST_PASS_UNSCORED  # every extension the suite runs
 
     _run_and_judge(SUITE_2026, ["--requirements", "2026-07-28"], scored | MUST_PASS_UNSCORED, tmp_path)
 

@@ -14,52 +14,19 @@ gateway's own checks).
 
 from __future__ import annotations
 
-import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tests.conformance.checks import REPORTS, ScenarioReport
+from tests.conformance.checks import REPORTS
 from tests.conformance.mcp_everything_upstream import build_app
+from tests.conformance.server_suite import SUITE, load_reports, run_suite
 from tests.support.agent_loop import write_plugin
 from tests.support.bearer_proxy import bearer_proxy
 from tests.support.gateway import RunningGateway
-from tests.support.node_tools import node_bin, node_env, package_file
+from tests.support.node_tools import package_file
 from tests.support.servers import ServerThread
-
-SUITE = "@modelcontextprotocol/conformance-2026"  # npm alias of 0.2.0-alpha.12
-_STAMP = re.compile(r"-\d{4}-\d{2}-\d{2}T[\d-]+Z$")
-
-
-def _suite(url: str, output: Path, *options: str) -> str:
-    run = subprocess.run(
-        [
-            str(node_bin() / "node"),
-            str(package_file(SUITE, "dist/index.js")),
-            "server",
-            "--url",
-            url,
-            *options,
-            "-o",
-            str(output),
-        ],
-        env=node_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    return run.stdout + run.stderr
-
-
-def _reports(output: Path) -> dict[str, ScenarioReport]:
-    found: dict[str, ScenarioReport] = {}
-    for path in sorted(output.rglob("checks.json")):
-        name = _STAMP.sub("", str(path.parent.relative_to(output))).removeprefix("server-")
-        found[name] = ScenarioReport.load(name, path)
-    return found
 
 
 def _frozen_server_scenarios() -> set[str]:
@@ -90,16 +57,16 @@ def test_every_scenario_the_upstream_passes_passes_through_a_hatchway_endpoint(
                 }
             ],
         )
-        direct_log = _suite(f"{upstream.url}/mcp", tmp_path / "direct", "--requirements", "2026-07-28")
-        direct = _reports(tmp_path / "direct")
+        direct_log = run_suite(f"{upstream.url}/mcp", tmp_path / "direct", "--requirements", "2026-07-28")
+        direct = load_reports(tmp_path / "direct")
         with ServerThread(bearer_proxy(gateway.url, gateway.key), host="127.0.0.1") as proxy:
             # localhost, as the suite requires of the URL it is given (and as its checks send Host)
             url = f"http://localhost:{proxy.port}/mcp/everything"
-            log = _suite(url, tmp_path / "hatchway", "--requirements", "2026-07-28")
-            through = _reports(tmp_path / "hatchway")
+            log = run_suite(url, tmp_path / "hatchway", "--requirements", "2026-07-28")
+            through = load_reports(tmp_path / "hatchway")
             for name in sorted(n for n in scored if n in through and through[n].problems()):
-                _suite(url, tmp_path / "solo" / name, "--scenario", name, "--spec-version", "2026-07-28")
-                again = _reports(tmp_path / "solo" / name).get(name)  # once more alone (loaded machine)
+                run_suite(url, tmp_path / "solo" / name, "--scenario", name, "--spec-version", "2026-07-28")
+                again = load_reports(tmp_path / "solo" / name).get(name)  # once more alone (loaded machine)
                 if again is not None:
                     through[name] = again
     baseline = {name for name in scored if name in direct and not direct[name].problems()}

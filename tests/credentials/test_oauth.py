@@ -16,7 +16,7 @@ from hatchway.config.plugin import McpServerConfig
 from hatchway.config.token_endpoints import token_url_problem
 from hatchway.credentials import VaultCredentials
 from hatchway.credentials.egress import PinnedAddress, pin_public_address
-from hatchway.credentials.oauth import ClientCredentials, TokenEndpoint
+from hatchway.credentials.oauth import TokenEndpoint, TokenGrant
 from hatchway.egress import forbidden_reason
 from hatchway.errors import McpAuthError, PermissionDenied
 from hatchway.redaction import Redactor
@@ -333,7 +333,7 @@ async def test_an_inline_plugin_cannot_aim_the_token_request_at_a_private_addres
 
 async def test_a_pinned_address_is_where_the_request_goes_with_the_name_kept_for_tls(setup: Setup) -> None:
     endpoint = TokenEndpoint(verify=setup.endpoint.client_tls(), timeout=5)
-    grant = ClientCredentials(setup.endpoint.url, "c", "s")
+    grant = TokenGrant(setup.endpoint.url, "c", "s")
 
     token = await endpoint.exchange(grant, what="t", pin=PinnedAddress("localhost", "127.0.0.1"))
 

@@ -27,12 +27,12 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from pydantic import Field
 
-from tests.api.test_mcp_endpoint_attacks import rpc
 from tests.api.test_mcp_endpoint_oauth import ScriptedIdp, _gateway
 from tests.support.agent_loop import USER, inline, rounds, summarise, write_plugin
 from tests.support.contas import RunningContas
 from tests.support.gateway import RunningGateway
 from tests.support.mcp_endpoints import UPSTREAM_TOKEN, calc_endpoint
+from tests.support.mcp_rpc import rpc
 from tests.support.mcp_servers import McpTestServer
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.servers import connections

@@ -25,6 +25,12 @@ app.add_typer(mcp_app, name="mcp", rich_help_panel="Check configuration")
         "hatchway mcp probe --command npx --arg=-y --arg=@modelcontextprotocol/server-everything",
         "PROBE_TOKEN=… hatchway mcp probe https://mcp.example.com/mcp --bearer-env PROBE_TOKEN",
         "hatchway mcp probe --plugin plugins/billing.yaml --server billing --org acme",
+        "hatchway mcp probe https://mcp.example.com/mcp --oauth --dpop",
+        "hatchway mcp probe https://mcp.example.com/mcp --client-id wl --assertion-file "
+        "/var/run/secrets/tokens/mcp",
+        "hatchway mcp probe https://mcp.example.com/mcp --client-id app --client-secret-env SECRET "
+        "--idp-token-url https://idp.example.com/token --subject-token-file id_token.jwt",
+        "hatchway mcp probe http://127.0.0.1:8766/mcp --json",
     )
     + "\n\nExit codes: 0 ok; 1 the called tool returned an error; 2 bad options; 3 authentication "
     "failed; 4 unreachable or no answer in time; 5 protocol error.",
@@ -72,6 +78,44 @@ def probe(
     ] = None,
     server: Annotated[str | None, typer.Option("--server", help="The server id in --plugin.")] = None,
     org: Annotated[str | None, typer.Option("--org", help="Whose vault holds --plugin's secrets.")] = None,
+    assertion_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--assertion-file", help="A workload's assertion (jwt_bearer grant), re-read per exchange."
+        ),
+    ] = None,
+    assertion_env: Annotated[
+        str | None,
+        typer.Option("--assertion-env", help="Env var holding a workload's assertion (jwt_bearer)."),
+    ] = None,
+    assertion_stdin: Annotated[
+        bool, typer.Option("--assertion-stdin", help="Read a workload's assertion (jwt_bearer) on stdin.")
+    ] = False,
+    idp_token_url: Annotated[
+        str | None,
+        typer.Option(
+            "--idp-token-url", help="Enterprise IdP token endpoint: exchange an identity token for an ID-JAG."
+        ),
+    ] = None,
+    idp_client_id: Annotated[
+        str | None, typer.Option("--idp-client-id", help="The client id at the enterprise IdP.")
+    ] = None,
+    subject_token_file: Annotated[
+        Path | None,
+        typer.Option("--subject-token-file", help="The identity token exchanged at --idp-token-url."),
+    ] = None,
+    subject_token_env: Annotated[
+        str | None,
+        typer.Option("--subject-token-env", help="Env var holding the identity token (--idp-token-url)."),
+    ] = None,
+    subject_token_stdin: Annotated[
+        bool,
+        typer.Option("--subject-token-stdin", help="Read the identity token (--idp-token-url) on stdin."),
+    ] = False,
+    dpop: Annotated[
+        bool,
+        typer.Option("--dpop", help="--oauth: ask for DPoP-bound tokens and prove them on each request."),
+    ] = False,
     oauth: Annotated[
         bool,
         typer.Option(
@@ -117,10 +161,17 @@ def probe(
         ),
     ] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds for the whole probe.", min=0.1)] = 30.0,
+    json_output: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="Print the server, its tools (schemas as received) and the calls as JSON."
+        ),
+    ] = False,
     config: ConfigOption = DEFAULT_CONFIG,
 ) -> None:
     """Connect to one MCP server as the gateway would: print its name, version, protocol and tools."""
     from hatchway.cli.mcp_probe import run_probe
+    from hatchway.cli.mcp_target import TokenSource
 
     run_probe(
         url=url,
@@ -139,6 +190,12 @@ def probe(
         scope=scope,
         kid=kid,
         audience=audience,
+        assertion=TokenSource(assertion_file, assertion_env, assertion_stdin),
+        subject_token=TokenSource(subject_token_file, subject_token_env, subject_token_stdin),
+        idp_token_url=idp_token_url,
+        idp_client_id=idp_client_id,
+        dpop=dpop,
+        json_output=json_output,
         plugin=plugin,
         server=server,
         org=org,

@@ -17,7 +17,14 @@ import orjson
 import typer
 from rich.table import Table
 
-from hatchway.cli.mcp_target import PROBE_SERVER_ID, OAuthInputs, SecretInputs, Target, build_server
+from hatchway.cli.mcp_target import (
+    PROBE_SERVER_ID,
+    OAuthInputs,
+    SecretInputs,
+    Target,
+    TokenSource,
+    build_server,
+)
 from hatchway.cli.oauth_discovery import AuthorizationServer
 from hatchway.cli.probe_session import (
     GivenSecrets,
@@ -74,16 +81,45 @@ def run_probe(
     redirect_port: int = 8976,
     open_browser: bool = True,
     answer: str | None = None,
+    assertion: TokenSource | None = None,
+    subject_token: TokenSource | None = None,
+    idp_token_url: str | None = None,
+    idp_client_id: str | None = None,
+    dpop: bool = False,
+    json_output: bool = False,
 ) -> None:
     """The body of ``hatchway mcp probe`` (see ``cli/mcp.py`` for the options)."""
     tool_calls = _tool_calls(calls, args)
     answerer = GivenAnswers(_json_object(answer, "--answer") if answer is not None else None)
     target = Target(url=url, sse=sse, command=command, args=arg or [], timeout_ms=int(timeout * 1000))
     grant = "authorization_code" if oauth or oauth_headless else None
-    oauth_inputs = OAuthInputs(oauth_token_url, grant, client_id, client_auth, scope or [], kid, audience)
     consent = _consent(oauth, oauth_headless, redirect_port, timeout, open_browser=open_browser)
     inputs = SecretInputs(
-        bearer_env, bearer_stdin, client_secret_env, client_secret_stdin, private_key_file, private_key_stdin
+        bearer_env,
+        bearer_stdin,
+        client_secret_env,
+        client_secret_stdin,
+        private_key_file,
+        private_key_stdin,
+        assertion or TokenSource(),
+        subject_token or TokenSource(),
+    )
+    try:
+        token_refs = inputs.token_refs()
+    except HatchwayError as exc:
+        raise fail(exc.message, EXIT_USAGE) from None
+    oauth_inputs = OAuthInputs(
+        oauth_token_url,
+        grant,
+        client_id,
+        client_auth,
+        scope or [],
+        kid,
+        audience,
+        dpop=dpop,
+        idp_token_url=idp_token_url,
+        idp_client_id=idp_client_id,
+        token_refs=token_refs,
     )
     if plugin is not None:
         run = _from_plugin(plugin, server, org, config, tool_calls, answerer, timeout)
@@ -107,7 +143,10 @@ def run_probe(
     status = err_console.status(f"Connecting to {label}…") if not oauth else contextlib.nullcontext()
     with status:
         report = _run(run, label)
-    _print(report)
+    if json_output:
+        _print_json(report)
+    else:
+        _print(report)
     failed = any(isinstance(outcome, ToolError) or outcome.is_error for _call, outcome in report.results)
     if failed:
         raise typer.Exit(EXIT_TOOL_ERROR)
@@ -230,6 +269,27 @@ def _print_discovery(found: AuthorizationServer) -> None:
         "put it in the plugin's auth.token_url",
         highlight=False,
     )
+
+
+def _print_json(report: ProbeReport) -> None:
+    """The report for scripts: the tools exactly as the client holds them (every schema keyword the
+    server sent, ``$schema``/``$defs``/``$ref`` included), then each call's outcome."""
+    results = []
+    for call, outcome in report.results:
+        if isinstance(outcome, ToolError):
+            results.append({"tool": call.name, "error": {"code": outcome.code, "message": outcome.message}})
+        else:
+            results.append({"tool": call.name, "is_error": outcome.is_error, "text": outcome.text})
+    document = {
+        "server": {
+            "name": report.server_name,
+            "version": report.server_version,
+            "protocol_version": report.protocol_version,
+        },
+        "tools": [tool.model_dump(mode="json", by_alias=True, exclude_none=True) for tool in report.tools],
+        "calls": results,
+    }
+    sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
 def _print(report: ProbeReport) -> None:

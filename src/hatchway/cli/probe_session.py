@@ -94,6 +94,7 @@ class ProbeGrants:
                 scopes=list(server.auth.scopes),
                 client_metadata_url=self.client_metadata_url,
                 auth_method=self.auth_method,
+                dpop=server.auth.dpop,
             )
         return self._flow
 

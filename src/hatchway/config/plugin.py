@@ -27,7 +27,7 @@ from pydantic import AfterValidator, AliasChoices, ConfigDict, Field, field_vali
 
 from hatchway.config.headers import HEADER_NAME, forward_header_problem, never_forwarded
 from hatchway.config.loading import StrictModel, parse_yaml_text, read_config_text, validate_document
-from hatchway.config.token_endpoints import ClientAuth, token_url_problem
+from hatchway.config.token_endpoints import ClientAuth, token_source_problem, token_url_problem
 from hatchway.errors import ConfigError
 from hatchway.vault.names import ref_problem
 
@@ -61,10 +61,26 @@ def _secret_ref(value: str | None) -> str | None:
     return value
 
 
-_OAUTH_ONLY = ("token_url", "client_id", "scopes", "client_auth", "private_key_ref", "kid", "audience")
+_ASSERTION_GRANTS = ("assertion_ref", "idp_token_url", "idp_client_id", "subject_token_ref")
+_OAUTH_ONLY = (
+    "token_url",
+    "client_id",
+    "scopes",
+    "client_auth",
+    "private_key_ref",
+    "kid",
+    "audience",
+    *_ASSERTION_GRANTS,
+)
 _CLIENT_CREDENTIALS_ONLY = ("token_url", "private_key_ref", "kid", "audience")
 _USER_AUTH_METHODS = ("client_secret_basic", "client_secret_post", "none")
 _JWT_ONLY = ("private_key_ref", "kid", "audience")
+
+
+def _token_source(value: str | None) -> str | None:
+    if value is not None and (problem := token_source_problem(value)):
+        raise ValueError(problem)
+    return value
 
 
 def _auth_schema(schema: dict[str, Any]) -> None:
@@ -81,6 +97,22 @@ def _auth_schema(schema: dict[str, Any]) -> None:
             },
             "then": {"required": ["token_url", "client_id"]},
         },
+        {
+            "if": {
+                "properties": {"type": {"const": "oauth"}, "grant": {"const": "jwt_bearer"}},
+                "required": ["type", "grant"],
+            },
+            "then": {"required": ["token_url", "assertion_ref"]},
+        },
+        {
+            "if": {
+                "properties": {"type": {"const": "oauth"}, "grant": {"const": "identity_assertion"}},
+                "required": ["type", "grant"],
+            },
+            "then": {
+                "required": ["token_url", "client_id", "audience", "idp_token_url", "subject_token_ref"]
+            },
+        },
     ]
 
 
@@ -92,14 +124,19 @@ class McpAuth(_PluginModel):
     type: Literal["none", "bearer", "api_key", "oauth"] = "none"
     """``none``, ``bearer`` (``Authorization: Bearer <secret>``), ``api_key`` (``<header>: <secret>``)
     or ``oauth`` (``grant`` says which)."""
-    grant: Literal["client_credentials", "authorization_code"] = "client_credentials"
+    grant: Literal["client_credentials", "authorization_code", "jwt_bearer", "identity_assertion"] = (
+        "client_credentials"
+    )
     """``type: oauth``: ``client_credentials`` authenticates the gateway as itself (``token_url``,
     ``client_id``, ``secret_ref``); ``authorization_code`` acts as the end user (``X-On-Behalf-Of``):
     each user authorizes the server once, through a link in the conversation, and the gateway keeps
     their token in the vault and refreshes it. Its endpoints are discovered from the server (RFC 9728,
     RFC 8414); ``client_id`` / ``secret_ref`` are a pre-registered client, else Hatchway's Client ID
     Metadata Document (``public_base_url``) or dynamic registration; ``scopes`` add to what the server
-    asks for."""
+    asks for. ``jwt_bearer`` presents a workload's identity token (``assertion_ref``) at ``token_url``
+    (RFC 7523, workload identity federation); ``identity_assertion`` exchanges a user's identity token
+    (``subject_token_ref``) at the enterprise IdP (``idp_token_url``) for an ID-JAG and presents that
+    at ``token_url`` (RFC 8693 then RFC 7523, enterprise-managed authorization)."""
     secret_ref: Annotated[str | None, AfterValidator(_secret_ref)] = None
     """``secret.<name>``: the vault entry (the token, the API key, or the OAuth client secret)."""
     header: str = "X-Api-Key"
@@ -122,9 +159,29 @@ class McpAuth(_PluginModel):
     kid: Annotated[str, Field(min_length=1, max_length=256)] | None = None
     """The key id put in the assertion's header, when the identity provider wants one."""
     audience: str | None = None
-    """The assertion's ``aud``; the token_url when omitted (some providers want their issuer instead)."""
+    """The assertion's ``aud``; the token_url when omitted (some providers want their issuer instead).
+    With ``grant: identity_assertion``: the issuer of the MCP server's authorization server, the
+    audience the ID-JAG is asked for (required)."""
+    dpop: bool = False
+    """``grant: authorization_code``: ask for DPoP-bound tokens (RFC 9449) and prove possession of the
+    key on every request (``Authorization: DPoP``, a fresh proof each time, the servers' nonces)."""
+    assertion_ref: Annotated[str | None, AfterValidator(_token_source)] = None
+    """``grant: jwt_bearer``: where the workload's assertion (a JWT its identity provider issued for
+    ``token_url``'s server) is read at each exchange: ``secret.<name>``, ``env:<NAME>`` or
+    ``file:<absolute path>`` (a Kubernetes projected token). ``env:``/``file:`` are for plugins in
+    hatchway.yaml only."""
+    idp_token_url: str | None = None
+    """``grant: identity_assertion``: the enterprise IdP's https token endpoint, where the user's
+    identity token is exchanged (RFC 8693) for an ID-JAG."""
+    idp_client_id: str | None = None
+    """``grant: identity_assertion``: the gateway's client id at the IdP, when it wants one."""
+    subject_token_ref: Annotated[str | None, AfterValidator(_token_source)] = None
+    """``grant: identity_assertion``: where the identity token exchanged at the IdP is read, like
+    ``assertion_ref`` (``secret.<name>``, ``env:<NAME>``, ``file:<absolute path>``)."""
+    subject_token_type: Literal["id_token", "saml2", "access_token", "jwt"] = "id_token"
+    """``grant: identity_assertion``: what ``subject_token_ref`` holds (RFC 8693 token type)."""
 
-    @field_validator("token_url")
+    @field_validator("token_url", "idp_token_url")
     @classmethod
     def _token_url(cls, value: str | None) -> str | None:
         if value is not None and (problem := token_url_problem(value)):
@@ -148,8 +205,15 @@ class McpAuth(_PluginModel):
         """The token endpoint authentication actually used (``grant: client_credentials`` only)."""
         return self.client_auth if self.client_auth not in (None, "none") else "client_secret_basic"  # type: ignore[return-value]
 
+    @property
+    def assertion_grant(self) -> bool:
+        """Whether the token comes from presenting an assertion (``jwt_bearer``, ``identity_assertion``)."""
+        return self.type == "oauth" and self.grant in ("jwt_bearer", "identity_assertion")
+
     @model_validator(mode="after")
     def _complete(self) -> McpAuth:
+        if self.dpop and not self.per_user:
+            raise ValueError("dpop: only with type oauth and grant authorization_code")
         if self.type == "oauth":
             self._check_oauth()
         else:
@@ -163,9 +227,16 @@ class McpAuth(_PluginModel):
         return self
 
     def _check_oauth(self) -> None:
+        if self.grant not in ("jwt_bearer", "identity_assertion"):
+            self._only_for_assertion_grants()
         if self.grant == "authorization_code":
             self._check_user_oauth()
             return
+        if self.grant == "jwt_bearer":
+            self._check_jwt_bearer()
+            return
+        if self.grant == "identity_assertion":
+            self._check_identity_assertion()
         if self.client_auth == "none":
             raise ValueError(
                 "client_auth: none is for grant authorization_code; client_credentials authenticates"
@@ -174,6 +245,52 @@ class McpAuth(_PluginModel):
             raise ValueError("token_url: required for auth type oauth (an https token endpoint)")
         if not self.client_id:
             raise ValueError("client_id: required for auth type oauth")
+        if self._check_client_secret():
+            return
+        for name in _JWT_ONLY:
+            if getattr(self, name) is not None and not (
+                name == "audience" and self.grant == "identity_assertion"
+            ):
+                raise ValueError(f"{name}: only used with client_auth private_key_jwt")
+
+    def _only_for_assertion_grants(self) -> None:
+        for name in _ASSERTION_GRANTS:
+            if getattr(self, name) is not None:
+                raise ValueError(f"{name}: only used with grant jwt_bearer or identity_assertion")
+
+    def _check_jwt_bearer(self) -> None:
+        for name in ("idp_token_url", "idp_client_id", "subject_token_ref"):
+            if getattr(self, name) is not None:
+                raise ValueError(f"{name}: only used with grant identity_assertion")
+        if self.token_url is None:
+            raise ValueError("token_url: required for grant jwt_bearer (the authorization server's)")
+        if self.assertion_ref is None:
+            raise ValueError(
+                "assertion_ref: required for grant jwt_bearer (secret.<name>, env:<NAME> or file:<path>)"
+            )
+        if self.client_auth in (None, "none") and self.secret_ref is None and self.private_key_ref is None:
+            return  # RFC 7523 §3.1: the assertion alone may authenticate; client_id (if any) is sent
+        if self.client_auth == "none":
+            raise ValueError("client_auth: none sends no secret; drop secret_ref / private_key_ref")
+        if not self.client_id:
+            raise ValueError(
+                "client_id: required when the client authenticates (secret_ref or private_key_ref)"
+            )
+        self._check_client_secret()
+
+    def _check_identity_assertion(self) -> None:
+        if self.assertion_ref is not None:
+            raise ValueError("assertion_ref: not used with grant identity_assertion; the IdP issues it")
+        for name, hint in (
+            ("idp_token_url", "the enterprise IdP's https token endpoint"),
+            ("subject_token_ref", "secret.<name>, env:<NAME> or file:<path> holding the identity token"),
+            ("audience", "the issuer of the MCP server's authorization server"),
+        ):
+            if getattr(self, name) is None:
+                raise ValueError(f"{name}: required for grant identity_assertion ({hint})")
+
+    def _check_client_secret(self) -> bool:
+        """The client's own credential is there (True: a private key, False: a secret)."""
         if self.method == "private_key_jwt":
             if self.private_key_ref is None:
                 raise ValueError(
@@ -184,12 +301,10 @@ class McpAuth(_PluginModel):
                 raise ValueError(
                     "secret_ref: not used with client_auth private_key_jwt; the key is private_key_ref"
                 )
-            return
+            return True
         if self.secret_ref is None:
             raise ValueError("secret_ref: required for auth type oauth (e.g. secret.my_key)")
-        for name in _JWT_ONLY:
-            if getattr(self, name) is not None:
-                raise ValueError(f"{name}: only used with client_auth private_key_jwt")
+        return False
 
     def _check_user_oauth(self) -> None:
         for name in _CLIENT_CREDENTIALS_ONLY:
@@ -248,6 +363,15 @@ class McpServerConfig(_PluginModel):
     names of the server's tools or globs (``get_*``, ``search_?``; ``*`` for all). A call of any other
     tool runs at most once unless the server itself annotates the tool ``idempotentHint`` or
     ``readOnlyHint``."""
+    tasks: Literal["auto", "off"] = "auto"
+    """MCP Tasks (docs/mcp-plugins.md, "Tasks"): ``auto`` declares the tasks extension on calls to a
+    server that advertises it, so the server may answer a slow call with a task, which the gateway
+    polls — durably: a background response that loses its replica polls the same task again, never
+    calling the tool twice; ``off`` never declares it (such a server then answers at once, or
+    refuses a tool that needs a task)."""
+    task_tools: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    """Tools known to be slow (names or globs): their calls declare the tasks extension even to a
+    server that does not advertise it (with ``tasks: auto``)."""
 
     @field_validator("url")
     @classmethod

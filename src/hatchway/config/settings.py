@@ -588,6 +588,31 @@ class McpEndpointOAuth(StrictModel):
         return self
 
 
+class McpTaskSettings(StrictModel):
+    """MCP Tasks both ways (docs/mcp-plugins.md and docs/mcp-endpoints.md, "Tasks")."""
+
+    min_poll_ms: Annotated[int, Field(ge=50, le=60_000)] = 200
+    """A task is polled no more often than this, whatever ``pollIntervalMs`` the server suggests."""
+    max_poll_ms: Annotated[int, Field(ge=100, le=300_000)] = 5_000
+    """…and at least this often (a server suggesting an hour is polled every ``max_poll_ms``)."""
+    background_wait_seconds: Annotated[float, Field(gt=0, le=86_400)] = 3600.0
+    """How long a background response's call may wait for its upstream task; the time waited is not
+    the run's (its deadline moves by it). A chat request's call, or a foreground response's, waits
+    no longer than the run's ``loop_deadline_seconds``: a client holds that connection open."""
+    max_resumes: Annotated[int, Field(ge=0, le=100)] = 3
+    """Times a background response waiting on an upstream task is queued again after its replica
+    died (it polls the same task); past it the response fails like any run whose replica died."""
+    ttl_seconds: Annotated[float, Field(ge=60, le=30 * 86_400)] = 3600.0
+    """How long a task served at ``/mcp/<name>`` stays readable (its ``ttlMs``), and how long a run's
+    record of an upstream task is kept."""
+    max_open_per_organisation: Annotated[int, Field(ge=1, le=1_000_000)] = 1000
+    """Tasks one organisation may have open at ``/mcp/<name>`` endpoints; past it a call is sent to
+    the upstream without the tasks extension (it answers at once, or refuses a tool that needs a
+    task) until some end or expire."""
+    endpoint_poll_interval_ms: Annotated[int, Field(ge=100, le=60_000)] = 1000
+    """The ``pollIntervalMs`` an endpoint's tasks suggest to their clients."""
+
+
 class McpEndpointConfig(StrictModel):
     """A virtual MCP server Hatchway serves at ``/mcp/{name}``: the tools of an agent's plugin, or of
     a plugin file, to MCP clients (Claude Code, Cursor, the SDKs) authenticated with a Hatchway key."""
@@ -741,6 +766,9 @@ class Settings(StrictModel):
     """When set, ``GET /metrics`` answers only clients in these networks (``10.0.0.0/8``, ``127.0.0.1``)."""
     otel: OtelSettings = Field(default_factory=OtelSettings)
     """OpenTelemetry tracing over OTLP/HTTP."""
+    mcp_tasks: McpTaskSettings = Field(default_factory=McpTaskSettings)
+    """MCP Tasks: how upstream tasks are polled and waited for, and the endpoints' tasks' TTL and
+    limits."""
     mcp_pool: McpPoolSettings = Field(default_factory=McpPoolSettings)
     """Bounds of the MCP session pool: how many sessions, and how long one may sit unused."""
     response_lease_seconds: Annotated[float, Field(gt=0)] = 30.0

@@ -1,11 +1,15 @@
-"""What a plugin's OAuth token endpoint may be, and how the client authenticates there — the rule the
-plugin's validation and the credentials' exchange share."""
+"""What a plugin's OAuth token endpoint may be, how the client authenticates there, and where an
+assertion it presents may be read from — the rules the plugin's validation and the credentials'
+exchange share."""
 
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Literal, get_args
 from urllib.parse import urlsplit
+
+from hatchway.vault.names import ref_problem
 
 ClientAuth = Literal["client_secret_basic", "client_secret_post", "private_key_jwt"]
 """How the client authenticates at the token endpoint (RFC 7591 calls it ``token_endpoint_auth_method``)."""
@@ -42,3 +46,30 @@ def token_url_problem(url: str) -> str | None:
     if parts.username or parts.password:
         return "must not carry credentials in the URL; use client_id and secret_ref"
     return None
+
+
+TOKEN_SOURCE_KINDS = ("secret.", "env:", "file:")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+def token_source_problem(ref: str) -> str | None:
+    """Why ``ref`` cannot name where an assertion or a subject token is read, or None.
+
+    ``secret.<name>`` (the organisation's vault), ``env:<NAME>`` (an environment variable of the
+    gateway) or ``file:<absolute path>`` (re-read at each exchange: a Kubernetes projected service
+    account token rotates under the same path). The last two read the gateway's own environment,
+    so only plugins from hatchway.yaml may use them (the credentials refuse the others).
+    """
+    if ref.startswith("secret."):
+        return ref_problem(ref)
+    if ref.startswith("env:"):
+        if not _ENV_NAME.match(ref[4:]):
+            return f"an env reference needs a variable name such as env:MCP_ASSERTION (got {ref!r})"
+        return None
+    if ref.startswith("file:"):
+        path = ref[5:]
+        if not path.startswith("/") or "\x00" in path:
+            example = "file:/var/run/secrets/tokens/mcp"
+            return f"a file reference needs an absolute path such as {example} (got {ref!r})"
+        return None
+    return f"must be secret.<name>, env:<NAME> or file:<absolute path> (got {ref!r})"

@@ -56,9 +56,25 @@ CONNECT_PATH = "/oauth/connect"
 CLIENT_METADATA_PATH = "/oauth/client-metadata.json"
 
 
+_LATER_AUTH_FIELDS = {
+    "dpop": False,
+    "assertion_ref": None,
+    "idp_token_url": None,
+    "idp_client_id": None,
+    "subject_token_ref": None,
+    "subject_token_type": "id_token",
+}
+"""Auth fields added after grants were first keyed: left out while they hold their default, so the
+grants users made before keep their key (``dpop: true`` is another server: a token bound to a key)."""
+
+
 def server_key(server: Any) -> str:
     """What identifies a per-user server's grants: its URL and its auth block (not the plugin's id)."""
-    identity = [server.url, server.auth.model_dump(mode="json")]
+    auth = server.auth.model_dump(mode="json")
+    for name, default in _LATER_AUTH_FIELDS.items():
+        if auth.get(name, default) == default:
+            auth.pop(name, None)
+    identity = [server.url, auth]
     return hashlib.sha256(orjson.dumps(identity, option=orjson.OPT_SORT_KEYS)).hexdigest()[:32]
 
 
@@ -249,6 +265,7 @@ class UserGrantService:
                 auth_method=server.auth.client_auth,
                 refresh_lock=self._refresh_lock(key) if self.cache is not None else None,
                 always_ask=True,
+                dpop=server.auth.dpop,
             )
             self._flows[key] = flow
             while len(self._flows) > self.max_cached_flows:

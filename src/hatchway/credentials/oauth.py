@@ -1,14 +1,21 @@
-"""The OAuth 2.1 client_credentials exchange against a server's token endpoint (RFC 6749 §4.4).
+"""The OAuth 2.1 exchanges the gateway makes at a token endpoint it was configured with.
+
+``client_credentials`` (RFC 6749 §4.4); the JWT bearer grant (RFC 7523 §2.1), which presents an
+assertion — a workload's identity token (workload identity federation) or an ID-JAG; and the token
+exchange (RFC 8693) that turns a user's identity token into an ID-JAG at the enterprise IdP
+(enterprise-managed authorization, SEP-990). ``TokenGrant`` describes any of them.
 
 The client authenticates as §2.3.1 requires: HTTP Basic with the form-urlencoded client id and
 secret (``client_secret_basic``, the default), or both in the form body (``client_secret_post``);
 or, with no shared secret at all, with a JWT signed by its private key (``private_key_jwt``,
-RFC 7523 §2.2, see ``assertion.py``).
+RFC 7523 §2.2, see ``assertion.py``); or not at all (``none``: a JWT bearer grant whose assertion
+is the proof, or a public client at an IdP), sending only its ``client_id``.
 Anything short of a well-formed bearer token — a non-2xx status, a redirect (never followed), a
 timeout, a body over 64 KiB, no ``access_token`` — raises McpAuthError; nothing falls back to an
 unauthenticated request. Error messages name the server and the endpoint, never a secret: what
 the endpoint says back is scrubbed of every credential the request carried (the client secret, the
-Basic header, the client assertion), raw or encoded, since some endpoints echo their input.
+Basic header, the client assertion, the presented assertion or subject token), raw or encoded,
+since some endpoints echo their input.
 
 Why not the MCP SDK's ``ClientCredentialsOAuthProvider`` / ``PrivateKeyJWTOAuthProvider``: they are
 ``httpx.Auth`` flows bound to one MCP connection, with their own token storage and discovery from the
@@ -28,7 +35,7 @@ import re
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote_plus, urlsplit
 
 import orjson
@@ -53,19 +60,34 @@ def _display(url: str) -> str:
     return f"{parts.scheme}://{parts.hostname}{':' + str(parts.port) if parts.port else ''}{parts.path}"
 
 
+CLIENT_CREDENTIALS = "client_credentials"
+JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
+ID_JAG = "urn:ietf:params:oauth:token-type:id-jag"
+"""The token type of an Identity Assertion JWT Authorization Grant (what the IdP's exchange issues)."""
+_SECRET_FIELDS = ("client_secret", "client_assertion", "assertion", "subject_token")
+
+
 @dataclass(frozen=True, slots=True)
-class ClientCredentials:
-    """One client_credentials grant to perform."""
+class TokenGrant:
+    """One exchange to perform at a token endpoint: a grant type, its fields, the client's credential."""
 
     token_url: str
     client_id: str
     client_secret: str = field(repr=False)
-    """The client secret, or for ``private_key_jwt`` the PEM private key (never sent)."""
+    """The client secret, or for ``private_key_jwt`` the PEM private key (never sent); empty for ``none``."""
     scopes: tuple[str, ...] = ()
-    auth_method: ClientAuth = "client_secret_basic"
+    auth_method: ClientAuth | Literal["none"] = "client_secret_basic"
     audience: str | None = None
     """``private_key_jwt``: the assertion's ``aud`` (the token_url when None)."""
     kid: str | None = None
+    grant_type: str = CLIENT_CREDENTIALS
+    assertion: str | None = field(default=None, repr=False)
+    """``JWT_BEARER``: the assertion presented (a workload's identity token, an ID-JAG)."""
+    fields: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    """Other form fields of the grant (a token exchange's ``subject_token``, ``audience``…)."""
+    issued_type: str | None = None
+    """A token exchange's expected ``issued_token_type``: its result is not a bearer token to check."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +101,11 @@ def _basic(client_id: str, client_secret: str) -> str:
     return "Basic " + base64.b64encode(pair.encode()).decode("ascii")
 
 
-def build_request(grant: ClientCredentials) -> tuple[dict[str, str], dict[str, str]]:
+def build_request(grant: TokenGrant) -> tuple[dict[str, str], dict[str, str]]:
     """The headers and form fields of the token request."""
-    form = {"grant_type": "client_credentials"}
+    form = {"grant_type": grant.grant_type, **dict(grant.fields)}
+    if grant.assertion is not None:
+        form["assertion"] = grant.assertion
     if grant.scopes:
         form["scope"] = " ".join(grant.scopes)
     headers = {
@@ -102,6 +126,9 @@ def build_request(grant: ClientCredentials) -> tuple[dict[str, str], dict[str, s
         }
     elif grant.auth_method == "client_secret_post":
         form |= {"client_id": grant.client_id, "client_secret": grant.client_secret}
+    elif grant.auth_method == "none":
+        if grant.client_id:
+            form["client_id"] = grant.client_id
     else:
         headers["Authorization"] = _basic(grant.client_id, grant.client_secret)
     return headers, form
@@ -133,7 +160,7 @@ class TokenEndpoint:
 
     async def exchange(
         self,
-        grant: ClientCredentials,
+        grant: TokenGrant,
         *,
         what: str,
         budget: float | None = None,
@@ -159,7 +186,8 @@ class TokenEndpoint:
             raise McpAuthError(
                 f"{endpoint} is unreachable ({type(exc).__name__})", code="oauth_unreachable"
             ) from None
-        return parse_token_response(status, body, endpoint, sent_credentials(grant, headers, form))
+        sent = sent_credentials(grant, headers, form)
+        return parse_token_response(status, body, endpoint, sent, issued_type=grant.issued_type)
 
     async def _post(
         self,
@@ -206,20 +234,25 @@ class TokenEndpoint:
             return response.status_code, bytes(body)
 
 
-def sent_credentials(
-    grant: ClientCredentials, headers: dict[str, str], form: dict[str, str]
-) -> tuple[str, ...]:
+def sent_credentials(grant: TokenGrant, headers: dict[str, str], form: dict[str, str]) -> tuple[str, ...]:
     """Every credential a token request carries: the client secret (or private key), the HTTP Basic
-    header and the ``private_key_jwt`` client assertion — and the assertion's signature alone, which
-    an endpoint may quote ("signature … does not verify")."""
-    assertion = form.get("client_assertion", "")
-    signature = assertion.rsplit(".", 1)[-1] if assertion.count(".") == 2 else ""
-    return grant.client_secret, headers.get("Authorization", ""), assertion, signature
+    header, the ``private_key_jwt`` client assertion, the presented assertion or subject token — and
+    each JWT's signature alone, which an endpoint may quote ("signature … does not verify")."""
+    values = [grant.client_secret, headers.get("Authorization", "")]
+    for name in _SECRET_FIELDS:
+        value = form.get(name, "")
+        values.append(value)
+        if value.count(".") == 2:
+            values.append(value.rsplit(".", 1)[-1])
+    return tuple(v for v in values if v)
 
 
-def parse_token_response(status: int, body: bytes, endpoint: str, sent: Sequence[str]) -> AccessToken:
+def parse_token_response(
+    status: int, body: bytes, endpoint: str, sent: Sequence[str], *, issued_type: str | None = None
+) -> AccessToken:
     """An AccessToken from the endpoint's answer, or McpAuthError saying what was wrong with it
-    (its words scrubbed of ``sent``, the request's credentials)."""
+    (its words scrubbed of ``sent``, the request's credentials). With ``issued_type`` (a token
+    exchange) the answer must say it issued that type, and its ``token_type`` is not read."""
     data = _json_object(body)
     if not 200 <= status < 300:
         detail = _oauth_error(data, sent)
@@ -233,6 +266,14 @@ def parse_token_response(status: int, body: bytes, endpoint: str, sent: Sequence
         raise McpAuthError(
             f"{endpoint} sent an access_token with invalid characters", code="oauth_bad_response"
         )
+    if issued_type is not None:
+        if data.get("issued_token_type") != issued_type:
+            raise McpAuthError(
+                f"{endpoint} issued a token of type '{str(data.get('issued_token_type'))[:80]}', "
+                f"not {issued_type}",
+                code="oauth_bad_response",
+            )
+        return AccessToken(token, _expires_in(data.get("expires_in")))
     token_type = data.get("token_type")
     if token_type is not None and str(token_type).lower() != "bearer":
         raise McpAuthError(

@@ -4,7 +4,9 @@ A plugin that arrives in a request header is written by whoever holds an API key
 it names may only go to hosts the secret's owner listed in ``allowed_hosts``. For ``oauth`` both
 hosts count: the client secret goes to the ``token_url`` host, and the access token minted from it
 goes to the MCP server's host — listing only the identity provider would let an inline plugin
-hand a working token to a server of its choosing. A destination is a scheme, a host and a port:
+hand a working token to a server of its choosing. With ``grant: identity_assertion`` the enterprise
+IdP's ``idp_token_url`` counts too (the subject token goes there, the ID-JAG it issues goes on).
+A destination is a scheme, a host and a port:
 a secret allowed on ``mcp.example.com`` (https, 443) is not sent over http, nor to another port.
 Plugins from hatchway.yaml are trusted.
 """
@@ -25,6 +27,8 @@ def destination_origins(server: Any) -> list[tuple[str, str | None, Origin | Non
     urls: list[tuple[str, str | None]] = []
     if auth.type == "oauth":
         urls.append(("token_url", auth.token_url))
+        if getattr(auth, "idp_token_url", None) is not None:
+            urls.append(("idp_token_url", auth.idp_token_url))
     urls.append(("url", getattr(server, "url", None)))
     return [(role, url, origin_of(url)) for role, url in urls]
 

@@ -19,6 +19,11 @@ authorization endpoint and waiting for the redirect. ``UserOAuth`` replaces that
 - the gateway's conversation consent (``grants.ConversationConsent``): no person is waiting on the request,
   so it records the pending authorization and raises ``AuthorizationPending``; the loop turns that
   into a link for the end user, and the callback route completes the grant later.
+
+With ``dpop`` (``auth.dpop: true``) the flow also does what the SDK does not: DPoP (RFC 9449,
+``dpop.py``). Its token requests carry a proof, a token the server issues as ``DPoP`` is sent as
+``Authorization: DPoP <token>`` with a fresh proof per request, a ``use_dpop_nonce`` challenge is
+answered once with the server's nonce, and the key is kept (sealed) with the grant it proves.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from typing import Any, Protocol
 from urllib.parse import urlencode, urljoin
 
 import httpx2
+import orjson
 from mcp.client.auth import OAuthClientProvider, OAuthFlowError, TokenStorage
 from mcp.client.auth.oauth2 import PKCEParameters
 from mcp.client.auth.utils import validate_authorization_response_iss
@@ -48,6 +54,7 @@ from mcp.shared.auth import (
 from pydantic import AnyUrl
 
 from hatchway.credentials.consent import AuthorizationPending, AuthorizationRequest, Consent
+from hatchway.credentials.dpop import MAX_NONCE_RETRIES, DpopKey
 from hatchway.credentials.requester import SecretSink
 
 logger = logging.getLogger(__name__)
@@ -77,6 +84,10 @@ class StoredGrant:
     oauth_metadata: OAuthMetadata | None = None
     protected_resource: ProtectedResourceMetadata | None = None
     auth_server_url: str | None = None
+    token_scheme: str = "Bearer"
+    """How the access token is presented: ``Bearer``, or ``DPoP`` when the server bound it to ``dpop_key``."""
+    dpop_key: str | None = None
+    """The PEM of the DPoP key the tokens are bound to (``auth.dpop``); sealed with the rest."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -85,6 +96,8 @@ class StoredGrant:
             "oauth_metadata": _dump(self.oauth_metadata),
             "protected_resource": _dump(self.protected_resource),
             "auth_server_url": self.auth_server_url,
+            "token_scheme": self.token_scheme,
+            "dpop_key": self.dpop_key,
         }
 
     @classmethod
@@ -98,6 +111,8 @@ class StoredGrant:
             oauth_metadata=load(OAuthMetadata, data.get("oauth_metadata")),
             protected_resource=load(ProtectedResourceMetadata, data.get("protected_resource")),
             auth_server_url=data.get("auth_server_url"),
+            token_scheme=str(data.get("token_scheme") or "Bearer"),
+            dpop_key=data.get("dpop_key"),
         )
 
 
@@ -159,6 +174,8 @@ class _Storage(TokenStorage):
                 oauth_metadata=context.oauth_metadata,
                 protected_resource=context.protected_resource_metadata,
                 auth_server_url=context.auth_server_url,
+                token_scheme=self.provider.token_scheme,
+                dpop_key=self.provider.dpop.to_pem() if self.provider.dpop is not None else None,
             )
         )
 
@@ -217,6 +234,7 @@ class UserOAuth(OAuthClientProvider):
         auth_method: str | None = None,
         refresh_lock: Callable[[], AbstractAsyncContextManager[None]] | None = None,
         always_ask: bool = False,
+        dpop: bool = False,
     ) -> None:
         storage = _Storage(store)
         super().__init__(
@@ -236,6 +254,9 @@ class UserOAuth(OAuthClientProvider):
         self.always_ask = always_ask
         """Send ``prompt=consent``: the person sees what they grant even to a client approved before
         (a consent link forwarded to someone else must not connect their account silently)."""
+        self.dpop: DpopKey | None = DpopKey() if dpop else None
+        """The key this client proves its tokens with (RFC 9449); replaced by the stored grant's."""
+        self.token_scheme = "Bearer"
 
     def reporting_to(self, sink: SecretSink) -> httpx2.Auth:
         """This flow for one call: the tokens it holds while it serves the call go to ``sink`` (the
@@ -259,11 +280,78 @@ class UserOAuth(OAuthClientProvider):
                 outgoing = await flow.__anext__()
                 while True:
                     response = yield outgoing
+                    retries = 0  # every answer's nonce is kept; a bounded number asks to resend
+                    while await self._nonce_requested(outgoing, response) and retries < MAX_NONCE_RETRIES:
+                        retries += 1
+                        self._sign(outgoing)  # a new proof, with the nonce the server just gave
+                        response = yield outgoing
                     outgoing = await flow.asend(response)
             except StopAsyncIteration:
                 return
             finally:
                 await flow.aclose()
+
+    async def _nonce_requested(self, request: httpx2.Request, response: httpx2.Response) -> bool:
+        """Whether the server asked for ``request`` again with its DPoP nonce (which is then kept)."""
+        if self.dpop is None or "DPoP" not in request.headers:
+            return False
+        if response.status_code == 400 and response.headers.get("DPoP-Nonce"):
+            await response.aread()  # the token endpoint says why in its JSON error
+        return self.dpop.learn_nonce(request, response)
+
+    def _sign(self, request: httpx2.Request) -> None:
+        assert self.dpop is not None
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        self.dpop.sign(request, access_token=token if scheme == "DPoP" else None)
+
+    def _add_auth_header(self, request: httpx2.Request) -> None:
+        """``Authorization: DPoP <token>`` and a fresh proof for a DPoP-bound token; else the SDK's."""
+        tokens = self.context.current_tokens
+        if self.dpop is None or self.token_scheme != "DPoP" or tokens is None or not tokens.access_token:
+            super()._add_auth_header(request)
+            return
+        request.headers["Authorization"] = f"DPoP {tokens.access_token}"
+        self.dpop.sign(request, access_token=tokens.access_token)
+
+    async def _exchange_token_authorization_code(self, auth_code: str, code_verifier: str) -> httpx2.Request:
+        request = await super()._exchange_token_authorization_code(auth_code, code_verifier)
+        if self.dpop is not None:
+            self.dpop.sign(request)
+        return request
+
+    async def _refresh_token(self) -> httpx2.Request:
+        request = await super()._refresh_token()
+        if self.dpop is not None:
+            self.dpop.sign(request)
+        return request
+
+    async def _handle_token_response(self, response: httpx2.Response) -> None:
+        await super()._handle_token_response(await self._as_bearer(response))
+
+    async def _handle_refresh_response(self, response: httpx2.Response) -> bool:
+        return await super()._handle_refresh_response(await self._as_bearer(response))
+
+    async def _as_bearer(self, response: httpx2.Response) -> httpx2.Response:
+        """The token response as the SDK reads it (it knows only ``Bearer``), noting how the token is
+        to be presented: ``DPoP`` when the server bound it to our key (RFC 9449 §5)."""
+        if self.dpop is None or response.status_code not in (200, 201):
+            return response
+        body = await response.aread()
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return response
+        if not isinstance(data, dict) or str(data.get("token_type", "")).lower() != "dpop":
+            self.token_scheme = "Bearer"  # the server did not bind it: RFC 9449 lets it be a bearer token
+            return response
+        self.token_scheme = "DPoP"
+        data["token_type"] = "Bearer"
+        return httpx2.Response(
+            response.status_code,
+            content=orjson.dumps(data),
+            headers={"Content-Type": "application/json"},
+            request=response.request,
+        )
 
     async def _will_refresh(self) -> bool:
         grant = await self.store.load_grant()
@@ -284,7 +372,20 @@ class UserOAuth(OAuthClientProvider):
                 self.context.protected_resource_metadata or grant.protected_resource
             )
             self.context.auth_server_url = self.context.auth_server_url or grant.auth_server_url
+            self._load_dpop(grant)
         self._initialized = True
+
+    def _load_dpop(self, grant: StoredGrant) -> None:
+        """Prove with the key the stored tokens are bound to (another replica may have made it)."""
+        self.token_scheme = grant.token_scheme if self.dpop is not None else "Bearer"
+        if self.dpop is None or grant.dpop_key is None or grant.dpop_key == self._dpop_pem():
+            return
+        nonces = self.dpop.nonces
+        self.dpop = DpopKey.from_pem(grant.dpop_key)
+        self.dpop.nonces.update(nonces)
+
+    def _dpop_pem(self) -> str | None:
+        return self.dpop.to_pem() if self.dpop is not None else None
 
     async def _perform_authorization_code_grant(self) -> tuple[str, str]:
         """The authorization request the SDK would make, answered by the ``Consent`` strategy."""

@@ -3,9 +3,11 @@
 ``none`` sends nothing; ``bearer`` sends ``Authorization: Bearer <secret>``; ``api_key`` sends
 ``<header>: <secret>`` (``X-Api-Key`` by default); ``oauth`` performs client_credentials with the
 client secret from the vault (or, for ``client_auth: private_key_jwt``, an assertion signed with the
-vault's private key) and sends the access token as a bearer. Secrets are always read from
-the vault of the organisation that runs the request, so another organisation's secret of the same
-name is out of reach.
+vault's private key) and sends the access token as a bearer. ``grant: jwt_bearer`` presents a
+workload's assertion instead, and ``grant: identity_assertion`` first exchanges a user's identity
+token at the enterprise IdP for the ID-JAG it then presents (``token_sources.py`` reads both).
+Secrets are always read from the vault of the organisation that runs the request, so another
+organisation's secret of the same name is out of reach.
 """
 
 from __future__ import annotations
@@ -14,15 +16,24 @@ import hashlib
 import ssl
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
 from hatchway.config.token_endpoints import AUTH_METHODS, token_url_problem
 from hatchway.credentials.egress import pin_public_address
-from hatchway.credentials.oauth import AccessToken, ClientCredentials, TokenEndpoint
+from hatchway.credentials.oauth import (
+    ID_JAG,
+    JWT_BEARER,
+    TOKEN_EXCHANGE,
+    AccessToken,
+    TokenEndpoint,
+    TokenGrant,
+)
 from hatchway.credentials.requester import Requester
 from hatchway.credentials.scoping import check_scope
+from hatchway.credentials.token_sources import read_local, refuse_untrusted
 from hatchway.credentials.tokens import Clock, ProcessSealer, TokenCache
 from hatchway.errors import HatchwayError, InvalidRequest, McpAuthError, RequestError, VaultError
 from hatchway.store.cache import Cache
@@ -111,6 +122,16 @@ class VaultCredentials:
                 if not trusted:
                     check_scope(secret, server)
             return
+        for field in token_source_fields(server):
+            ref = getattr(server.auth, field)
+            if not trusted:
+                refuse_untrusted(ref, f"MCP server '{server.id}': auth.{field}")
+            if ref.startswith("secret."):
+                secret = await self._named(who, ref)
+                if not trusted:
+                    check_scope(secret, server)
+        if client_secret_field(server) is None:
+            return
         secret = await self._secret(server, who)
         if not trusted:
             check_scope(secret, server)
@@ -120,8 +141,10 @@ class VaultCredentials:
         kind = auth_type(server)
         if kind == "none" or per_user(server):  # per-user OAuth authenticates in ``user_auth``
             return {}
-        secret = await self._scoped_secret(server, who, trusted=trusted)
+        secret = await self._client_secret(server, who, trusted=trusted)
         what = f"MCP server '{server.id}'"
+        if kind in ("bearer", "api_key"):
+            assert secret is not None  # secret_name() requires secret_ref for these
         if kind == "bearer":
             return {"Authorization": "Bearer " + header_safe(secret.value, f"secret '{secret.name}'")}
         if kind == "api_key":
@@ -134,6 +157,13 @@ class VaultCredentials:
         )
         who.add_secret(token)
         return {"Authorization": "Bearer " + header_safe(token, f"{what}: the access token")}
+
+    async def _client_secret(self, server: Any, who: Requester, *, trusted: bool) -> Secret | None:
+        """The client's secret or private key; None for a client that sends neither (``client_auth:
+        none`` with ``grant: jwt_bearer``, where the assertion is the proof)."""
+        if client_secret_field(server) is None:
+            return None
+        return await self._scoped_secret(server, who, trusted=trusted)
 
     async def invalidate(
         self, server: Any, who: Requester, *, refused: Mapping[str, str] | None = None
@@ -184,29 +214,86 @@ class VaultCredentials:
         return secret
 
     async def _secret(self, server: Any, who: Requester) -> Secret:
-        secret = await self.vault.get(who.org_id, secret_name(server))
+        return await self._named(who, "secret." + secret_name(server))
+
+    async def _named(self, who: Requester, ref: str) -> Secret:
+        secret = await self.vault.get(who.org_id, ref.removeprefix("secret."))
         who.add_secret(secret.value)
         return secret
 
+    async def _token_source(self, server: Any, who: Requester, field: str, *, trusted: bool) -> str:
+        """The assertion or subject token ``auth.<field>`` names, read now; McpAuthError if it cannot be."""
+        ref = getattr(server.auth, field)
+        where = f"MCP server '{server.id}': auth.{field}"
+        try:
+            if not trusted:
+                refuse_untrusted(ref, where)
+            if ref.startswith("secret."):
+                secret = await self._named(who, ref)
+                if not trusted:
+                    check_scope(secret, server)
+                return secret.value
+        except (VaultError, RequestError) as exc:
+            raise McpAuthError(f"{where}: {exc.message}", code=exc.code) from None
+        value = await read_local(ref, where)
+        who.add_secret(value)
+        return value
+
     async def _fetch_token(
-        self, server: Any, secret: Secret, who: Requester, *, trusted: bool
+        self, server: Any, secret: Secret | None, who: Requester, *, trusted: bool
     ) -> AccessToken:
         auth = server.auth
-        what = f"MCP server '{server.id}'"
-        grant = ClientCredentials(
+        grant = TokenGrant(
             token_url=auth.token_url,
-            client_id=auth.client_id,
-            client_secret=secret.value,
+            client_id=auth.client_id or "",
+            client_secret=secret.value if secret is not None else "",
             scopes=tuple(getattr(auth, "scopes", None) or ()),
-            auth_method=_auth_method(auth),
+            auth_method=_auth_method(auth),  # type: ignore[arg-type]
             audience=getattr(auth, "audience", None),
             kid=getattr(auth, "kid", None),
         )
+        grant_type = getattr(auth, "grant", "client_credentials")
+        if grant_type == "jwt_bearer":
+            assertion = await self._token_source(server, who, "assertion_ref", trusted=trusted)
+            grant = replace(grant, grant_type=JWT_BEARER, assertion=assertion, audience=None)
+        elif grant_type == "identity_assertion":
+            id_jag = await self._identity_assertion(server, who, trusted=trusted)
+            grant = replace(grant, grant_type=JWT_BEARER, assertion=id_jag.value, audience=None)
+        return await self._exchange(server, grant, who, trusted=trusted, where="token_url")
+
+    async def _identity_assertion(self, server: Any, who: Requester, *, trusted: bool) -> AccessToken:
+        """The ID-JAG for ``server``: the user's identity token exchanged at the enterprise IdP
+        (RFC 8693) for a grant whose audience is the server's authorization server."""
+        auth = server.auth
+        subject = await self._token_source(server, who, "subject_token_ref", trusted=trusted)
+        exchange = TokenGrant(
+            token_url=auth.idp_token_url,
+            client_id=auth.idp_client_id or "",
+            client_secret="",
+            auth_method="none",
+            grant_type=TOKEN_EXCHANGE,
+            fields=(
+                ("requested_token_type", ID_JAG),
+                ("audience", auth.audience),
+                ("resource", resource_of(server.url)),
+                ("subject_token", subject),
+                ("subject_token_type", f"urn:ietf:params:oauth:token-type:{auth.subject_token_type}"),
+            ),
+            issued_type=ID_JAG,
+        )
+        id_jag = await self._exchange(server, exchange, who, trusted=trusted, where="idp_token_url")
+        who.add_secret(id_jag.value)
+        return id_jag
+
+    async def _exchange(
+        self, server: Any, grant: TokenGrant, who: Requester, *, trusted: bool, where: str
+    ) -> AccessToken:
+        what = f"MCP server '{server.id}'"
         pin = None
         if not trusted and not self.allow_private_hosts:
             import httpx
 
-            pin = await pin_public_address(httpx.URL(auth.token_url), what=f"{what}: token_url")
+            pin = await pin_public_address(httpx.URL(grant.token_url), what=f"{what}: {where}")
         # The exchange is part of the tool call: bounded by the server's timeout_ms, like the call.
         budget = getattr(server, "timeout_ms", 10_000) / 1000
         if (remaining := who.remaining()) is not None:
@@ -228,10 +315,18 @@ def _bearer_of(headers: Mapping[str, str]) -> str | None:
 def _auth_method(auth: Any) -> str:
     # ``client_auth`` is the plugin's field; ``token_endpoint_auth_method`` (RFC 7591's name) is
     # read too so a configuration object spelling it that way keeps working.
+    method = getattr(auth, "client_auth", None) or getattr(auth, "token_endpoint_auth_method", None)
+    if method is None and _no_client_secret(auth):
+        return "none"
+    return method or AUTH_METHODS[0]
+
+
+def _no_client_secret(auth: Any) -> bool:
+    """A JWT bearer client that sends no secret of its own: the assertion authenticates it."""
     return (
-        getattr(auth, "client_auth", None)
-        or getattr(auth, "token_endpoint_auth_method", None)
-        or AUTH_METHODS[0]
+        getattr(auth, "grant", None) == "jwt_bearer"
+        and getattr(auth, "secret_ref", None) is None
+        and getattr(auth, "private_key_ref", None) is None
     )
 
 
@@ -240,6 +335,26 @@ def _ref_field(auth: Any) -> str:
     if getattr(auth, "type", None) == "oauth" and _auth_method(auth) == "private_key_jwt":
         return "private_key_ref"
     return "secret_ref"
+
+
+def client_secret_field(server: Any) -> str | None:
+    """The auth field naming the client's own vault secret; None when the client has none."""
+    auth = getattr(server, "auth", None)
+    if auth_type(server) == "none" or (auth_type(server) == "oauth" and _auth_method(auth) == "none"):
+        return None
+    return _ref_field(auth)
+
+
+def token_source_fields(server: Any) -> list[str]:
+    """The auth fields naming an assertion or a subject token (``assertion_ref``, ``subject_token_ref``)."""
+    auth = getattr(server, "auth", None)
+    grant = getattr(auth, "grant", None) if auth_type(server) == "oauth" else None
+    return {"jwt_bearer": ["assertion_ref"], "identity_assertion": ["subject_token_ref"]}.get(grant or "", [])
+
+
+def resource_of(url: str) -> str:
+    """The MCP server's resource identifier (RFC 8707): its URL without a fragment."""
+    return url.split("#", 1)[0]
 
 
 def secret_name(server: Any) -> str:
@@ -253,6 +368,8 @@ def secret_name(server: Any) -> str:
     where = f"MCP server '{server.id}': auth"
     if kind not in AUTH_TYPES:
         raise InvalidRequest(f"{where}.type: unknown auth type '{kind}'")
+    if not per_user(server) and client_secret_field(server) is None:
+        raise InvalidRequest(f"{where}: this client sends no secret of its own")
     field = _ref_field(auth)
     ref = getattr(auth, field, None)
     if not ref or (problem := ref_problem(ref)):
@@ -286,5 +403,14 @@ def token_key(server: Any, org_id: str) -> str:
         getattr(auth, "kid", None),
         getattr(auth, "audience", None),
     ]
+    if token_source_fields(server):  # appended, so the keys of client_credentials servers stay as they were
+        identity += [
+            auth.grant,
+            getattr(auth, "assertion_ref", None),
+            getattr(auth, "idp_token_url", None),
+            getattr(auth, "idp_client_id", None),
+            getattr(auth, "subject_token_ref", None),
+            getattr(auth, "subject_token_type", None),
+        ]
     digest = hashlib.sha256(orjson.dumps(identity)).hexdigest()[:32]
     return f"mcp-oauth:{org_id}:{digest}"

@@ -57,6 +57,9 @@ MEANINGS: dict[str, str] = {
     "egress_denied": "An inline plugin's server or token URL resolves to a loopback, private, link-local or "
     "metadata address, or runs a stdio command (set `allow_private_mcp_urls` on trusted networks); "
     "during a tool call, the connection was refused for the same reason.",
+    "token_source_not_allowed": "A plugin sent in the request names an `env:` or `file:` assertion or "
+    "subject token: those read the gateway's own environment and are for plugins in hatchway.yaml only "
+    "(use `secret.<name>`).",
     "secret_host_not_allowed": "An inline plugin would send a secret to a host outside the secret's "
     "`allowed_hosts`.",
     "not_found": "The object does not exist in this organisation (other organisations' objects are "
@@ -197,6 +200,9 @@ MEANINGS: dict[str, str] = {
     "mcp_input_sensitive": "The tool asked the end user for a password, key, token or payment details by "
     "form elicitation, which MCP forbids: not asked (the run log records it).",
     "mcp_input_rounds_exceeded": "The tool kept asking for input past the round limit.",
+    "mcp_task_failed": "The server ran the call as an MCP task, and the task failed (a JSON-RPC error).",
+    "mcp_task_cancelled": "The server cancelled the MCP task the call ran as.",
+    "mcp_task_unknown": "The MCP task a question belonged to is no longer known (ended or expired).",
     "mcp_auth": "Credentials for the MCP server could not be built (e.g. a bad header value).",
     "oauth_bad_token_url": "The OAuth `token_url` is not allowed (https, or http to a loopback host only).",
     "oauth_unreachable": "The OAuth token endpoint could not be reached.",
@@ -205,7 +211,11 @@ MEANINGS: dict[str, str] = {
     "oauth_redirect": "The OAuth token endpoint redirected; redirects are never followed.",
     "oauth_too_large": "The OAuth token endpoint's answer is over 64 KiB.",
     "oauth_failed": "The OAuth token endpoint answered a non-2xx status.",
-    "oauth_bad_response": "The OAuth token endpoint's answer has no usable bearer `access_token`.",
+    "oauth_bad_response": "The OAuth token endpoint's answer has no usable bearer `access_token` (or, from "
+    "an enterprise IdP's token exchange, not the ID-JAG asked for).",
+    "oauth_assertion_unreadable": "An `assertion_ref` or `subject_token_ref` given as `env:` or `file:` "
+    "could not be read: the variable is unset or empty, the file is missing, unreadable, empty or "
+    "over 64 KiB.",
     "oauth_bad_private_key": "The `private_key_jwt` key is not EC P-256 or RSA ≥ 2048 bits.",
     # -- spawn_subagent results and failed responses ---------------------------------------------
     "child_request_failed": "The child response failed (after 3 tries for transient upstream failures, "

@@ -118,6 +118,9 @@ class RunState:
     """Tokens and cost of those calls: in this run's record and spend (also in ``usage``, which the
     limits and the run budget count), never in the ``usage`` the client is answered with."""
     children: list[RunState] = field(default_factory=list)
+    call_occurrences: dict[str, int] = field(default_factory=dict)
+    """How many times this run has called each MCP tool (by server and tool): which call of the run a
+    task belongs to, so a response run again finds its open tasks (``mcp/task_calls.py``)."""
     delegation: Delegation | None = None
     """On the root's state only: what the tree may still delegate (``delegation_budget``)."""
     cost_usd: float = 0.0

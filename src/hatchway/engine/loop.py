@@ -54,6 +54,7 @@ from hatchway.engine.tools.base import Interruption, ToolResult
 from hatchway.engine.tools.payloads import fit_output
 from hatchway.engine.tools.router import ToolRouter
 from hatchway.engine.tools.subagents.contract import TOOL_NAME as SPAWN_SUBAGENT
+from hatchway.tasks import DEADLINE_PASSED
 
 logger = logging.getLogger(__name__)
 DEFAULT_MAX_ROUNDS = 10
@@ -562,15 +563,15 @@ class AgentLoop:
             while pending and ctx.remaining() > 0:
                 finished, pending = await asyncio.wait(pending, timeout=ctx.remaining())
                 done |= finished
-        except asyncio.CancelledError:  # the caller went away (a streaming client disconnected)
+        except asyncio.CancelledError as cancelled:  # the caller went away, or the response was cancelled
             for task in tasks:
-                task.cancel()
+                task.cancel(*cancelled.args)  # why, passed on (``hatchway.tasks.CANCELLED_BY_REQUEST``)
             raise
         for task in done:
             outcomes[tasks[task].call_id] = task.result()
         if pending:
             for task in pending:
-                task.cancel()
+                task.cancel(DEADLINE_PASSED)
             await asyncio.gather(*pending, return_exceptions=True)
             raise _DeadlinePassed
 

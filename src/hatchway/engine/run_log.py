@@ -251,6 +251,29 @@ class ListToolsStep:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskStep:
+    """A tool call the server runs as an MCP task: each status it was seen in before its end
+    (``working``, ``input_required``), with the server's status message."""
+
+    kind: ClassVar[str] = "task"
+    server: str
+    tool: str
+    status: str
+    message: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        step: dict[str, Any] = {
+            "type": self.kind,
+            "server": self.server,
+            "tool": self.tool,
+            "status": self.status,
+        }
+        if self.message:
+            step["message"] = self.message
+        return step
+
+
+@dataclass(frozen=True, slots=True)
 class InputRoundStep:
     """A round of a tool call that asked for input (MCP input requests): what it ``asked``, or that
     the end user's message ``answered`` it."""
@@ -376,13 +399,20 @@ class EstimatedUsageStep:
 
 
 ReportedStep = (
-    ListToolsStep | InputRoundStep | ToolDriftStep | ToolDescriptionStep | SideCallStep | EstimatedUsageStep
+    ListToolsStep
+    | InputRoundStep
+    | TaskStep
+    | ToolDriftStep
+    | ToolDescriptionStep
+    | SideCallStep
+    | EstimatedUsageStep
 )
 """A step reported to the run (``RunState.report``)."""
 RunLogStep = LoopStep | ReportedStep | SideCallsOmittedStep
 
 _REPORTED_ORDER: tuple[type, ...] = (
     InputRoundStep,
+    TaskStep,
     ToolDriftStep,
     ToolDescriptionStep,
     SideCallStep,
@@ -392,7 +422,8 @@ _REPORTED_ORDER: tuple[type, ...] = (
 
 def _place(step: ReportedStep) -> int:
     """Where a reported step goes in the record: failed listings first, then listings that dropped
-    headers, input rounds, drifts, descriptions and side calls (each kind in the order reported)."""
+    headers, input rounds, tasks' statuses, drifts, descriptions and side calls (each kind in the
+    order reported)."""
     if isinstance(step, ListToolsStep):
         return 0 if step.outcome is Outcome.ERROR else 1
     return 2 + _REPORTED_ORDER.index(type(step))

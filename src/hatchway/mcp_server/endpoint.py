@@ -41,7 +41,7 @@ from pydantic import BaseModel
 
 from hatchway import __version__
 from hatchway.config.plugin import McpServerConfig, PluginConfig
-from hatchway.config.settings import McpEndpointConfig
+from hatchway.config.settings import McpEndpointConfig, McpTaskSettings
 from hatchway.engine.context import RunContext
 from hatchway.engine.loop import RunResult
 from hatchway.engine.run import RunScope, RunScopes
@@ -53,6 +53,8 @@ from hatchway.engine.tools.mcp.inputs import InputAnswerer
 from hatchway.engine.tools.mcp.pinning import ToolPinning
 from hatchway.engine.tools.mcp.plugin_client import PluginMcpClient
 from hatchway.engine.tools.mcp.pool import McpServerPool
+from hatchway.engine.tools.mcp.task_ledger import TaskLedger
+from hatchway.engine.tools.mcp.tasks import declares_tasks, without_tasks
 from hatchway.engine.tools.mcp.toolset import tool_result_key, user_grant
 from hatchway.engine.tools.payloads import connect_message
 from hatchway.errors import AuthorizationRequired, LimitsUnavailable, RateLimited
@@ -69,6 +71,7 @@ from hatchway.mcp_server.relay import (
     relay_state,
 )
 from hatchway.mcp_server.results import call_step, redact_result, relayed_error, tool_error
+from hatchway.mcp_server.tasks import EndpointTasks
 from hatchway.principal import Principal
 from hatchway.redaction import Redactor
 from hatchway.store.cache import Cache
@@ -107,6 +110,9 @@ class EndpointDeps:
     """What every request's answer is redacted of besides its own credentials (the providers' keys)."""
     deadline_seconds: float
     """How long one request may take (``loop_deadline_seconds``)."""
+    tasks: TaskLedger | None = None
+    """Where its MCP tasks are kept (``tasks.py``); None: it serves no tasks."""
+    task_settings: McpTaskSettings | None = None
 
 
 class Endpoint:
@@ -155,6 +161,11 @@ class Endpoint:
         self.server.middleware.append(
             RequestStateBoundary(security, default_audience=f"hatchway:{config.name}")
         )
+        self.tasks: EndpointTasks | None = None
+        """Its MCP tasks (``tasks.py``): made by calls that declare the extension, polled by id."""
+        if deps.tasks is not None:
+            self.tasks = EndpointTasks(self, deps.tasks, deps.task_settings or McpTaskSettings())
+            self.tasks.install(self.server, self._answering)
         self.listeners = ListChangeListeners(max_sessions=MAX_SESSIONS, idle_seconds=SESSION_IDLE_SECONDS)
         """2025-11-25 sessions told when an upstream's tools change."""
         self.unmatched_tools: set[str] = set()
@@ -378,19 +389,7 @@ class Endpoint:
         name, arguments = params.name, dict(params.arguments or {})
         state = read_state(params.request_state)
         if self.operations is not None:
-            if not self.operations.handles(name) or not self.exposes(name):
-                return tool_error(f"No tool named '{name}' is available.", code="unknown_tool")
-            meta.update(server=self.operations.server_of(name), tool=name)
-            caller = self.mcp_client(client.capabilities)
-            if state is not None and state["kind"] == "confirm":
-                return await self.operations.answered(state, params.input_responses, ctx, caller, meta)
-            try:
-                return await self._within_deadline(
-                    ctx, self.operations.call(name, arguments, ctx, caller, client, meta)
-                )
-            except TimeoutError:
-                meta["outcome"] = Outcome.TIMEOUT
-                return tool_error("No answer from the user in time; nothing was executed.", code="timeout")
+            return await self._operation_call(name, arguments, state, params, ctx, client, meta)
         # Only the server the name points at is listed: a slow one never delays the others' calls.
         found = await self.catalog(client.capabilities).route(name, ctx)
         if not isinstance(found, CatalogTool):
@@ -406,14 +405,25 @@ class Endpoint:
         if cache_key is not None and (hit := await self.deps.cache.get(cache_key)) is not None:
             meta.update(outcome=Outcome.OK, cached=True)
             return types.CallToolResult.model_validate(hit)
-        relay = self.mcp_client(client.capabilities, RelayToClient(client))
+        # A client with the tasks extension may get a task (``tasks.py``): the upstream's, behind an
+        # id of the gateway's, unless its organisation has too many open (then the upstream is asked
+        # without the extension).
+        declared = client.capabilities
+        if declares_tasks(declared) and (self.tasks is None or not await self.tasks.may_create(client, ctx)):
+            declared = without_tasks(declared)
+        relay = self.mcp_client(declared, RelayToClient(client))
 
         async def progress(done: float, total: float | None, message: str | None) -> None:
             # The upstream's progress, on the client's token, its message redacted like the result.
             await client.session.report_progress(done, total, ctx.redact(message) if message else message)
 
-        outcome = await relay.call(server, tool, arguments, ctx, progress=progress, **resume)
+        outcome = await relay.call(
+            server, tool, arguments, ctx, progress=progress, follow_tasks=False, **resume
+        )
         meta["retries"] = outcome.retries
+        if outcome.task is not None and self.tasks is not None:
+            meta["outcome"] = Outcome.OK
+            return await self.tasks.relayed(outcome.task, server.id, server.url or server.command, tool, ctx)
         if isinstance(outcome.error, InputRelayed):
             round_ = outcome.error.round
             meta["outcome"] = Outcome.INPUT_REQUIRED
@@ -443,6 +453,35 @@ class Endpoint:
             seen = redact_result(relayed, ctx).model_dump(mode="json", by_alias=True)
             await self.deps.cache.set(cache_key, seen, ttl)
         return relayed  # redacted with every other result by the handler (``_answering``)
+
+    async def _operation_call(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        state: dict[str, Any] | None,
+        params: types.CallToolRequestParams,
+        ctx: RunContext,
+        client: ClientSide,
+        meta: dict[str, Any],
+    ) -> Any:
+        """A call of an agent's tools.yaml tool (``operations.py``)."""
+        assert self.operations is not None
+        if not self.operations.handles(name) or not self.exposes(name):
+            return tool_error(f"No tool named '{name}' is available.", code="unknown_tool")
+        meta.update(server=self.operations.server_of(name), tool=name)
+        caller = self.mcp_client(client.capabilities)
+        if state is not None and state["kind"] == "confirm":
+            return await self.operations.answered(state, params.input_responses, ctx, caller, meta)
+        as_task = None
+        if self.tasks is not None and await self.tasks.may_create(client, ctx):
+            as_task = self.tasks.operation
+        try:
+            return await self._within_deadline(
+                ctx, self.operations.call(name, arguments, ctx, caller, client, meta, as_task)
+            )
+        except TimeoutError:
+            meta["outcome"] = Outcome.TIMEOUT
+            return tool_error("No answer from the user in time; nothing was executed.", code="timeout")
 
     async def _cache_key(
         self,

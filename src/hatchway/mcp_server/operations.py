@@ -20,7 +20,7 @@ per-item summary as text and, as ``structuredContent``, the verdict and ``result
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import mcp_types as types
 import orjson
@@ -104,22 +104,29 @@ class EndpointOperations:
         caller: McpToolCaller,
         client: ClientSide,
         meta: dict[str, Any],
+        as_task: AsTask | None = None,
     ) -> Any:
-        """The MCP result of one call: a CallToolResult, or an InputRequiredResult asking to confirm."""
+        """The MCP result of one call: a CallToolResult, or an InputRequiredResult asking to confirm;
+        with ``as_task`` (a client with the tasks extension) an operation awaiting its confirmation
+        or its approvers is a task (``tasks.py``)."""
         if name == CONFIRM_TOOL:
             return await self._confirm_tool(arguments, ctx, caller, meta)
         result = await self.service.call(name, arguments, ctx, caller)
         meta.update(result.meta)
         op = result.operation
+        waiting = result.kind in (ResultKind.NEEDS_CONFIRMATION, ResultKind.AWAITING_APPROVAL)
+        if as_task is not None and op is not None and waiting:
+            meta["outcome"] = Outcome.INPUT_REQUIRED
+            question = result.question or op.confirmation_message or ""
+            approval = result.kind is ResultKind.AWAITING_APPROVAL
+            return await as_task(op.id, op.arguments_digest, question, name, ctx, approval=approval)
         if result.kind is not ResultKind.NEEDS_CONFIRMATION or op is None:
             if op is not None:
                 return _final(op, ctx)
             return _text(ctx.redact(result.output), is_error=result.is_error)
         question = result.question or op.confirmation_message or ""
         if client.can_elicit() and client.modern:
-            ask = types.ElicitRequest(
-                params=types.ElicitRequestFormParams(message=question, requested_schema=CONFIRM_SCHEMA)
-            )
+            ask = confirm_request(question)
             meta["outcome"] = Outcome.INPUT_REQUIRED
             return types.InputRequiredResult(
                 input_requests={CONFIRM_KEY: ask}, request_state=confirm_state(op.id, op.arguments_digest)
@@ -209,12 +216,47 @@ class EndpointOperations:
             )
         return await self.decide(op_id, digest, decision == "confirm", ctx, caller, meta)
 
+    async def task_status(
+        self, op_id: str, ctx: RunContext
+    ) -> tuple[str, dict[str, Any] | None, dict[str, Any] | None, str | None]:
+        """An operation as a task: (status, result, input requests, status message)."""
+        op = await self._operation(op_id, ctx)
+        if op.state is S.AWAITING_CONFIRMATION:
+            question = op.confirmation_message or ""
+            ask = confirm_request(question).model_dump(mode="json", by_alias=True, exclude_none=True)
+            return "input_required", None, {CONFIRM_KEY: ask}, ctx.redact(question)[:2000]
+        if op.state.is_open or op.state is S.EXECUTING:
+            return "working", None, None, op.state.value
+        if op.state is S.CANCELLED:
+            return "cancelled", None, None, None
+        final = _final(op, ctx).model_dump(mode="json", by_alias=True, exclude_none=True)
+        return "completed", final, None, op.state.value
+
+    async def withdraw(self, op_id: str, ctx: RunContext) -> None:
+        """The client cancelled the operation's task: nothing is executed."""
+        op = await self._operation(op_id, ctx)
+        if op.state.is_open:
+            await cancel_operation(self.service.store, op_id, ctx, reason="the MCP client cancelled its task")
+
     async def _operation(self, op_id: str, ctx: RunContext) -> OperationRecord:
         """The operation, if it is this organisation's and this endpoint's agent's (else NotFound)."""
         op = await self.service.store.get(op_id, org_id=ctx.org_id)
         if op.agent != self.service.agent:
             raise NotFound(f"no operation '{op_id}' behind this endpoint", code="operation_not_found")
         return op
+
+
+class AsTask(Protocol):
+    async def __call__(
+        self, op_id: str, digest: str | None, question: str, tool: str, ctx: RunContext, *, approval: bool
+    ) -> Any: ...
+
+
+def confirm_request(question: str) -> types.ElicitRequest:
+    """The confirmation asked of the client's user: one form with ``{"confirm": boolean}``."""
+    return types.ElicitRequest(
+        params=types.ElicitRequestFormParams(message=question, requested_schema=CONFIRM_SCHEMA)
+    )
 
 
 def _accepted(answer: Any) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from hatchway.responses.store import ResponseStore
+from hatchway.responses.store import ResponseStore, Resumable
 from hatchway.tasks import TaskRegistry
 
 logger = logging.getLogger(__name__)
@@ -19,15 +19,16 @@ RUN_LOST = (
 )
 
 
-async def keep_leases(store: ResponseStore, tasks: TaskRegistry) -> None:
-    """Renew this replica's leases, fail runs whose owner is gone, and stop runs cancelled elsewhere."""
+async def keep_leases(store: ResponseStore, tasks: TaskRegistry, resumable: Resumable | None = None) -> None:
+    """Renew this replica's leases, fail runs whose owner is gone (or queue again those ``resumable``
+    picks: background responses waiting on an upstream MCP task), and stop runs cancelled elsewhere."""
     interval = store.lease_seconds / 3
     while True:
         await asyncio.sleep(interval)
         try:
             running = tasks.running()
             await store.renew_leases(running)
-            await store.fail_expired(RUN_LOST)
+            await store.fail_expired(RUN_LOST, resumable)
             for response_id in await store.cancelled_among(running):
                 tasks.cancel(response_id)
         except Exception:  # a database hiccup must not end the heartbeat

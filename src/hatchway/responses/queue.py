@@ -87,8 +87,13 @@ class ResponseQueue:
         self.settings = settings.background
         self.queue = JobQueue.from_url(settings.redis_url, name=queue_name(settings))
         # A run is bounded by the loop deadline, moved by the time it waits for approvers
-        # (``operations.approval_wait_seconds``); SAQ's own timeout is only a backstop past both.
-        run = settings.loop_deadline_seconds + settings.operations.approval_wait_seconds
+        # (``operations.approval_wait_seconds``) and for upstream MCP tasks
+        # (``mcp_tasks.background_wait_seconds``); SAQ's own timeout is only a backstop past all.
+        run = (
+            settings.loop_deadline_seconds
+            + settings.operations.approval_wait_seconds
+            + settings.mcp_tasks.background_wait_seconds
+        )
         self._timeout = math.ceil(run + 2 * settings.response_lease_seconds) + 60
         self._connected = False
 

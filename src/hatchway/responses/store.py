@@ -18,8 +18,9 @@ vault key because forwarded headers may carry end-user credentials. It goes away
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -430,10 +431,49 @@ class ResponseStore:
             )
             return list(rows)
 
-    async def fail_expired(self, message: str) -> int:
-        """Fail every active response whose owner stopped renewing its lease; returns how many."""
+    async def _queue_again(self, now: datetime, resumable: Resumable) -> None:
+        async with self.db.session() as s:
+            expired = list(
+                (
+                    await s.scalars(
+                        select(ResponseRecord.id).where(
+                            ResponseRecord.status == "in_progress",
+                            ResponseRecord.background.is_(True),
+                            ResponseRecord.lease_expires_at < now,
+                        )
+                    )
+                ).all()
+            )
+        again = await resumable(expired) if expired else []
+        if not again:
+            return
+        async with self.db.session() as s:
+            await s.execute(
+                update(ResponseRecord)
+                .where(
+                    ResponseRecord.id.in_(again),
+                    ResponseRecord.status == "in_progress",
+                    ResponseRecord.lease_expires_at < now,
+                )
+                # Old enough at once for the stranded-job pass (``requeue.py``) to queue its job again.
+                .values(
+                    status="queued",
+                    owner=None,
+                    lease_expires_at=None,
+                    updated_at=datetime(2000, 1, 1, tzinfo=UTC),
+                )
+            )
+
+    async def fail_expired(self, message: str, resumable: Resumable | None = None) -> int:
+        """Fail every active response whose owner stopped renewing its lease; returns how many.
+
+        ``resumable`` picks, among expired background responses, those that can run again (they wait
+        on an upstream MCP task: ``engine/tools/mcp/task_ledger.py``): they are queued again instead
+        (their stored request is run anew, on the queue's next take)."""
         now = utcnow()
         error = stored_error("server_error", message, "interrupted")
+        if resumable is not None:
+            await self._queue_again(now, resumable)
         async with self.db.session() as s:
             result = await s.execute(
                 update(ResponseRecord)
@@ -441,6 +481,10 @@ class ResponseStore:
                 .values(status="failed", error=error, updated_at=now, lease_expires_at=None)
             )
         return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+Resumable = Callable[[list[str]], Awaitable[list[str]]]
+"""Of expired background responses' ids, those to queue again rather than fail."""
 
 
 async def _one(session: AsyncSession, org_id: str, response_id: str) -> ResponseRecord:

@@ -96,6 +96,8 @@ class McpEndpoints:
             scopes=gateway.scopes,
             known_secrets=gateway.models.secrets,
             deadline_seconds=settings.loop_deadline_seconds,
+            tasks=gateway.mcp_tasks,
+            task_settings=settings.mcp_tasks,
         )
         for config in settings.mcp_endpoints:
             plugin = gateway.plugins.endpoints[config.name]

@@ -113,8 +113,12 @@ class PluginBinding:
         models: Any = None,
         pinning: Any = None,
         plugins: ConfiguredPlugins | None = None,
+        tasks: Any = None,
     ) -> None:
         self.pool = pool
+        self.tasks = tasks
+        """``TaskLedger``: the runs' upstream MCP tasks, durable (None: followed in memory only)."""
+        self.task_settings = settings.mcp_tasks
         self.pinning = pinning
         """``ToolPinning``: tool definitions checked against the organisation's pins (None: not checked)."""
         self.models = models
@@ -251,6 +255,8 @@ class PluginBinding:
             credentials=self.credentials,
             guard_egress=not bound.trusted and not self.allow_private,
             answerer=self.questions,
+            tasks=self.tasks,
+            task_settings=self.task_settings,
         )
 
 

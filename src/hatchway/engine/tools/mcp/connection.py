@@ -26,13 +26,14 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from hatchway import __version__
 from hatchway.config.plugin import McpServerConfig
-from hatchway.engine.tools.mcp.http import RequestScope, scope_capabilities, scoped_http_client
+from hatchway.engine.tools.mcp.http import RequestScope, scope_capabilities, scope_tasks, scoped_http_client
 from hatchway.engine.tools.mcp.inputs import (
     CallInputs,
     answer_server_request,
     roots_answer,
     sample_for_server,
 )
+from hatchway.engine.tools.mcp.tasks import TASKS_EXTENSION, TasksExtension, with_tasks, without_tasks
 from hatchway.errors import McpServerError
 from hatchway.store.cache import Cache
 
@@ -181,6 +182,15 @@ class McpConnection:
     def protocol_version(self) -> str | None:
         return self._client.protocol_version if self._client is not None else None
 
+    @property
+    def offers_tasks(self) -> bool:
+        """Whether the server advertises the MCP tasks extension (a 2026-07-28 session's discovery)."""
+        client = self._client
+        if client is None or client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            return False
+        extensions = getattr(client.server_capabilities, "extensions", None) or {}
+        return TASKS_EXTENSION in extensions
+
     async def close(self) -> None:
         """End the session and wait (briefly) for its task."""
         self._stop.set()
@@ -209,6 +219,9 @@ class McpConnection:
                     list_roots_callback=self._roots,
                     # Declared so servers may ask; answered only for plugins with agent.allow_sampling.
                     sampling_callback=self._sample,
+                    # Tasks (SEP-2663): ``tools/call`` may answer with a task the caller follows
+                    # (task_calls.py); each call's scope says whether it declares the extension.
+                    extensions=[TasksExtension()] if self.server.tasks != "off" else None,
                 )
                 # A server that accepts the connection but never answers must not leave a
                 # half-open session that every later call waits on.
@@ -390,7 +403,13 @@ def declare_scope_capabilities(client: Client) -> None:
         stamp(data, opts)
         declared = scope_capabilities()
         meta = (data.get("params") or {}).get("_meta")
-        if declared is not None and isinstance(meta, dict):
+        if not isinstance(meta, dict):
+            return
+        if declared is not None:
             meta[CLIENT_CAPABILITIES_META_KEY] = declared
+        tasks = scope_tasks()
+        if tasks is not None and data.get("method") == "tools/call":
+            current = meta.get(CLIENT_CAPABILITIES_META_KEY)
+            meta[CLIENT_CAPABILITIES_META_KEY] = with_tasks(current) if tasks else without_tasks(current)
 
     session._stamp = declaring  # a private attribute: see the docstring

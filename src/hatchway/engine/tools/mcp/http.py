@@ -61,6 +61,9 @@ class RequestScope:
     """The client capabilities the scope's requests declare (2026-07-28 ``_meta``) instead of the
     gateway's own: an MCP endpoint's client's, so the upstream asks only for what that client can
     answer (``connection.declare_scope_capabilities``). None: the gateway's."""
+    tasks: bool | None = None
+    """Whether the scope's requests declare the MCP tasks extension (``tasks.py``): True adds it to
+    what they declare, False takes it out; None leaves the declared capabilities as they are."""
     reached: bool = False
     """Whether any request of this scope may have reached its server: it was answered, or it failed
     after its connection was open. False while every failure was a connection that never opened."""
@@ -101,10 +104,11 @@ def request_scope(
     auth: httpx2.Auth | None = None,
     *,
     capabilities: dict[str, Any] | None = None,
+    tasks: bool | None = None,
 ) -> Iterator[RequestScope]:
-    """Make ``headers`` (and ``auth``, and the declared ``capabilities``) apply to every MCP request
-    sent from this task until the block ends."""
-    scope = RequestScope(headers=dict(headers), auth=auth, capabilities=capabilities)
+    """Make ``headers`` (and ``auth``, and the declared ``capabilities`` and ``tasks``) apply to every
+    MCP request sent from this task until the block ends."""
+    scope = RequestScope(headers=dict(headers), auth=auth, capabilities=capabilities, tasks=tasks)
     token = _current.set(scope)
     try:
         yield scope
@@ -117,6 +121,13 @@ def scope_capabilities() -> dict[str, Any] | None:
     gateway's own): its call's ``RequestScope``'s, read where the SDK stamps the request."""
     scope = _current.get()
     return scope.capabilities if scope is not None else None
+
+
+def scope_tasks() -> bool | None:
+    """Whether the MCP request being sent from this task declares the tasks extension (None: as the
+    session does)."""
+    scope = _current.get()
+    return scope.tasks if scope is not None else None
 
 
 class ScopedAuth(httpx2.Auth):

@@ -24,6 +24,7 @@ from mcp_types.jsonrpc import HEADER_MISMATCH
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from hatchway.engine.run_log import InputRoundStep
+from hatchway.engine.tools.mcp.tasks import CreateTaskResult
 from hatchway.errors import ToolError
 
 MAX_INPUT_ROUNDS = 10
@@ -50,6 +51,9 @@ class InputRound:
     """Which server asked (a question held across turns goes back to that server only)."""
     sampler: Any = None
     """Answers sampling requests with the run's model (``agent.allow_sampling``); None: refused."""
+    task_id: str | None = None
+    """When the round is an MCP task's ``input_required`` (``task_calls.py``): the task, which the
+    answer goes to (``tasks/update``) instead of a new ``tools/call``."""
 
 
 class InputAnswerer(Protocol):
@@ -160,12 +164,14 @@ async def call_tool_with_inputs(
     server_url: str | None = None,
     sampler: Any = None,
     progress: Any = None,
-) -> types.CallToolResult:
+) -> types.CallToolResult | CreateTaskResult:
     """Call ``tool``, answering every round of input through ``answerer`` (refused when None).
 
     ``input_responses`` / ``request_state`` resume a call whose earlier round was answered later
     (the end user's next turn). Every round is a new request with a new JSON-RPC id; the state is
-    passed on exactly as received and never read.
+    passed on exactly as received and never read. A server that makes the call a task (MCP tasks,
+    which may also end a round of input) answers a ``CreateTaskResult``: the caller follows it
+    (``task_calls.py``).
     """
     responses, state = input_responses, request_state
     # Rounds are numbered across turns (a call resumed after the user's answer goes on counting),
@@ -173,6 +179,8 @@ async def call_tool_with_inputs(
     for number in range(first_round, max_rounds + 2):
         result = await _send(client, tool, arguments, meta, responses, state, progress)
         if not isinstance(result, types.InputRequiredResult):
+            if isinstance(result, CreateTaskResult):
+                return result
             if not isinstance(result, types.CallToolResult):
                 raise ToolError(f"{server_id}: the server answered tools/call with an unexpected result")
             return result
@@ -227,6 +235,7 @@ async def _send(
             input_responses=responses,
             request_state=state,
             allow_input_required=True,
+            allow_claimed=True,  # a task (``tasks.py``), when the call declared the extension
             progress_callback=progress,
         )
 

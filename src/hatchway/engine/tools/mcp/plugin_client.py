@@ -6,6 +6,7 @@ operations call validators and tools with exactly the behaviour the loop's own c
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import logging
 import random
 from collections.abc import Awaitable, Callable
@@ -18,6 +19,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
 from hatchway.config.plugin import McpServerConfig, PluginConfig
+from hatchway.config.settings import McpTaskSettings
 from hatchway.engine.context import RunContext
 from hatchway.engine.tools.mcp.calls import McpCallResult
 from hatchway.engine.tools.mcp.connection import ConnectionLost, McpConnection, SessionEnded
@@ -34,6 +36,9 @@ from hatchway.engine.tools.mcp.http import (
 from hatchway.engine.tools.mcp.inputs import CallInputs, InputAnswerer, call_tool_with_inputs
 from hatchway.engine.tools.mcp.pool import McpServerPool
 from hatchway.engine.tools.mcp.results import to_call_result
+from hatchway.engine.tools.mcp.task_calls import FollowedTask, TaskFollower
+from hatchway.engine.tools.mcp.task_ledger import TaskLedger
+from hatchway.engine.tools.mcp.tasks import CreateTaskResult
 from hatchway.errors import (
     AuthorizationRequired,
     HatchwayError,
@@ -57,6 +62,8 @@ class RetriedCall:
     result: McpCallResult | None
     error: ToolError | None
     retries: int
+    task: CreateTaskResult | None = None
+    """With ``follow_tasks=False``: the task the server made of the call, for the caller to hand on."""
 
 
 class _Unauthorized(Exception):
@@ -90,6 +97,8 @@ class PluginMcpClient:
         answerer: InputAnswerer | None = None,
         sampler: Any = None,
         capabilities: dict[str, Any] | None = None,
+        tasks: TaskLedger | None = None,
+        task_settings: McpTaskSettings | None = None,
     ) -> None:
         self.plugin = plugin
         self.answerer = answerer
@@ -107,6 +116,9 @@ class PluginMcpClient:
         self.guard_egress = guard_egress
         """Refuse (and pin) addresses at connect time too: inline plugins without allow_private."""
         self.backoff_seconds = backoff_seconds
+        self.tasks = TaskFollower(self, tasks, task_settings or McpTaskSettings())
+        """Follows the calls a server runs as MCP tasks (``task_calls.py``); ``tasks`` (the ledger)
+        makes them durable: None (the probe, tests) follows them in memory only."""
 
     def has_server(self, server_id: str) -> bool:
         return self.plugin.server(server_id) is not None
@@ -152,19 +164,33 @@ class PluginMcpClient:
         request_state: str | None = None,
         input_round: int = 1,
         progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None,
+        task_id: str | None = None,
+        follow_tasks: bool = True,
     ) -> RetriedCall:
         """Call ``tool``; failures are retried when that is safe, the tool's own ``isError`` never.
 
         A failure that may have reached the tool is retried only for an idempotent tool (see
-        ``delivery.py``), and with ``at_most_once`` (an operation's execution) not even then.
+        ``delivery.py``), and with ``at_most_once`` (an operation's execution) not even then. A call
+        the server runs as a task is followed to its end (``task_calls.py``); ``task_id`` resumes
+        such a call whose task asked the end user (``input_responses`` are then sent to the task).
         """
+        if task_id is not None:
+            return await self._follow_task(server, tool, arguments, ctx, task_id, input_responses, progress)
+        call = self.tasks.identity(server, tool, arguments, ctx)
+        resumed = await self.tasks.resumable(call)
+        if resumed is not None:  # a run of this response before this one started it: follow it
+            return await self._followed(server, tool, arguments, ctx, resumed, None, progress)
         listed = self.pool.listing(
             server, ctx.org_id, trusted=self.trusted, user=ctx.on_behalf_of
         ).last_known()
         at_most_once = at_most_once or not is_idempotent(server, tool, listed)
 
-        async def operation(conn: McpConnection, scope: RequestScope) -> McpCallResult:
-            async def send(client: Client) -> types.CallToolResult:
+        async def operation(
+            conn: McpConnection, scope: RequestScope
+        ) -> McpCallResult | FollowedTask | CreateTaskResult:
+            scope.tasks = self._declares_tasks(conn, server, tool)
+
+            async def send(client: Client) -> types.CallToolResult | CreateTaskResult:
                 with conn.answering(CallInputs(server.id, tool, self.answerer, self.sampler, ctx)):
                     return await call_tool_with_inputs(
                         client,
@@ -182,13 +208,66 @@ class PluginMcpClient:
                         progress=progress,
                     )
 
-            return to_call_result(await conn.run(send, scope))
+            answer = await conn.run(send, scope)
+            if isinstance(answer, CreateTaskResult):
+                if not follow_tasks:
+                    return answer
+                return await self.tasks.started(server, tool, call, answer, ctx)  # recorded first
+            return to_call_result(answer)
 
         try:
             result, retries = await self._with_retries(server, ctx, operation, at_most_once=at_most_once)
         except _Failed as failed:
             return RetriedCall(result=None, error=failed.error, retries=failed.retries)
+        if isinstance(result, CreateTaskResult):
+            return RetriedCall(result=None, error=None, retries=retries, task=result)
+        if isinstance(result, FollowedTask):
+            followed = await self._followed(server, tool, arguments, ctx, result, None, progress)
+            followed.retries += retries
+            return followed
         return RetriedCall(result=result, error=None, retries=retries)
+
+    def _declares_tasks(self, conn: McpConnection, server: McpServerConfig, tool: str) -> bool | None:
+        """Whether this call declares the tasks extension: as an MCP endpoint's client does (None:
+        its capabilities already say), else when the server has it or the plugin marks the tool."""
+        if self.capabilities is not None or server.tasks == "off":
+            return None if self.capabilities is not None else False
+        return conn.offers_tasks or any(fnmatch.fnmatchcase(tool, glob) for glob in server.task_tools)
+
+    async def _follow_task(
+        self,
+        server: McpServerConfig,
+        tool: str,
+        arguments: dict[str, Any],
+        ctx: RunContext,
+        task_id: str,
+        input_responses: dict[str, Any] | None,
+        progress: Any,
+    ) -> RetriedCall:
+        """A task's question answered on the end user's turn: its answer goes to the task."""
+        task = await self.tasks.by_id(task_id, ctx)
+        if task is None:
+            error = ToolError(f"{server.id}: the tool's task is no longer known", code="mcp_task_unknown")
+            return RetriedCall(result=None, error=error, retries=0)
+        return await self._followed(server, tool, arguments, ctx, task, input_responses, progress)
+
+    async def _followed(
+        self,
+        server: McpServerConfig,
+        tool: str,
+        arguments: dict[str, Any],
+        ctx: RunContext,
+        task: FollowedTask,
+        input_responses: dict[str, Any] | None,
+        progress: Any,
+    ) -> RetriedCall:
+        try:
+            result = await self.tasks.follow(
+                server, tool, arguments, task, ctx, input_responses=input_responses, progress=progress
+            )
+        except ToolError as error:
+            return RetriedCall(result=None, error=error, retries=0)
+        return RetriedCall(result=result, error=None, retries=0)
 
     async def learn_secrets(self, server: McpServerConfig, ctx: RunContext) -> None:
         """Resolve ``server``'s credentials so ``ctx`` redacts them from what it returns, though no

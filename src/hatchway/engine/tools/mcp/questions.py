@@ -86,6 +86,8 @@ class PendingInput:
     """The server's ``inputRequests`` as JSON (by key)."""
     request_state: str | None
     expired: bool
+    task_id: str | None = None
+    """An MCP task's question: the task the answer is sent to (``tasks/update``)."""
 
 
 class InputQuestions:
@@ -158,6 +160,7 @@ class InputQuestions:
                 for key, request in round_.requests.items()
             },
             "request_state": round_.request_state,
+            "task_id": getattr(round_, "task_id", None),
         }
         sealed = await self.vault.seal_blob(ctx.org_id, orjson.dumps(payload), purpose=_PURPOSE)
         assert ctx.session_key is not None
@@ -229,6 +232,7 @@ class InputQuestions:
             requests=payload["requests"],
             request_state=payload["request_state"],
             expired=row.expires_at <= utcnow(),
+            task_id=payload.get("task_id"),
         )
 
     async def take(self, pending: PendingInput, ctx: RunContext) -> bool:

@@ -128,6 +128,7 @@ class McpToolset(Toolset):
             input_responses=responses,
             request_state=pending.request_state,
             input_round=pending.round + 1,
+            task_id=pending.task_id,
         )
         if isinstance(outcome.error, InputRequested):  # another round
             return RunPreamble(answer=outcome.error.question)
