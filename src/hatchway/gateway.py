@@ -32,6 +32,7 @@ from hatchway.engine.tools.mcp.pinning import ToolPinning
 from hatchway.engine.tools.mcp.pool import McpServerPool, PoolBounds, keep_expiring
 from hatchway.engine.tools.mcp.questions import InputQuestions
 from hatchway.engine.tools.mcp.task_ledger import TaskLedger
+from hatchway.engine.tools.mcp.task_ledger import keep_purging as keep_purging_tasks
 from hatchway.engine.tools.operations.approvals import ApprovalDesk
 from hatchway.engine.tools.operations.binding import OperationBinding
 from hatchway.engine.tools.operations.notifications import ApprovalNotifier
@@ -208,7 +209,14 @@ class Gateway:
         """Tool-definition pins (``hatchway tools``, ``/v1/tools/drift``), per organisation and server."""
         self.tool_pinning = ToolPinning(self.tool_pins)
         """Each listing of an MCP server's tools checked against the pins: runs' and ``/mcp/<name>``'s."""
-        self.mcp_tasks = TaskLedger(self.db, ttl_seconds=settings.mcp_tasks.ttl_seconds)
+        self.mcp_tasks = TaskLedger(
+            self.db,
+            ttl_seconds=settings.mcp_tasks.ttl_seconds,
+            # A run's record outlives every wait it may make, resumed or not (else a resumed run,
+            # finding no record, would call the tool again).
+            client_ttl_seconds=settings.mcp_tasks.ttl_seconds
+            + settings.mcp_tasks.background_wait_seconds * (settings.mcp_tasks.max_resumes + 1),
+        )
         """MCP tasks both ways: runs' upstream tasks and the endpoints' tasks (``mcp_tasks``)."""
         plugins = PluginBinding(
             settings,
@@ -251,6 +259,9 @@ class Gateway:
             runner.remote = RemoteAgents(settings, store, self.vault, self.tasks)
         self.jobs = make_queue(settings)
         """Where background responses go when Redis is configured (any replica or worker runs them)."""
+        if self.jobs is not None:  # a run its replica stops while it waits on an MCP task runs again
+            runner.resumable = self._resumable
+            plugins.task_resumes = True
         background = Background(
             runner,
             tasks=self.tasks,
@@ -340,6 +351,9 @@ class Gateway:
                 "operations:approvals",
                 self.approvals.keep_expiring(self.settings.operations.approval_sweep_seconds),
             )
+        # Tasks past their TTL: a tenth of it apart (a minute at least).
+        purge_every = max(self.settings.mcp_tasks.ttl_seconds / 10, 60.0)
+        self.tasks.spawn("mcp:tasks-ttl", keep_purging_tasks(self.mcp_tasks, purge_every))
         self.tasks.spawn(
             "logs:retention",
             keep_purging_logs(

@@ -2,7 +2,8 @@
 
 - A background response whose call the upstream runs as a 60-second task loses its worker to a
   SIGKILL: its lease runs out, it is queued again (not failed), another worker runs it, finds the
-  open task of the same call in ``mcp_tasks`` and polls it — the upstream saw one call.
+  open task of the same call in ``mcp_tasks`` and polls it — the upstream saw one call. A worker
+  stopped with SIGTERM queues the response again itself.
 - A client of ``/mcp/<name>`` starts a task on replica A and polls it, answers it and reads its
   result on replica B.
 
@@ -61,15 +62,25 @@ def rows(database_url: str, **where: Any) -> list[McpTaskRow]:
     return asyncio.run(read())
 
 
-def calling_long_job(body: dict[str, Any]) -> Reply:
-    last = body["messages"][-1]
-    if last["role"] == "tool":
-        return Reply(text=f"Done: {str(last['content']).strip(chr(34))}")
-    return Reply(tool_calls=[("tasks__long_job", {"seconds": 60, "label": "sixty"})])
+def calling_long_job(seconds: int) -> Any:
+    def model(body: dict[str, Any]) -> Reply:
+        last = body["messages"][-1]
+        if last["role"] == "tool":
+            return Reply(text=f"Done: {str(last['content']).strip(chr(34))}")
+        return Reply(tool_calls=[("tasks__long_job", {"seconds": seconds, "label": "long"})])
+
+    return model
 
 
-def test_a_60_second_task_survives_the_sigkill_of_its_worker_and_is_polled_not_called_again(
-    tmp_path: Path, pg_database_url: str, llm: ScriptedLLM, upstream: str
+@pytest.mark.parametrize(
+    ("stop", "seconds"),
+    [
+        ("kill", 60),  # SIGKILL: the lease runs out, and the lease keeper queues the response again
+        ("terminate", 20),  # SIGTERM: the stopping worker queues it again itself, after its grace
+    ],
+)
+def test_a_task_survives_its_worker_and_is_polled_again_never_called_again(
+    stop: str, seconds: int, tmp_path: Path, pg_database_url: str, llm: ScriptedLLM, upstream: str
 ) -> None:
     if not REDIS_URL:
         pytest.skip("needs HATCHWAY_TEST_REDIS_URL")
@@ -86,7 +97,7 @@ def test_a_60_second_task_survives_the_sigkill_of_its_worker_and_is_polled_not_c
         allow_private_mcp_urls=True,
     )
     replicas = Replicas(tmp_path, config)
-    llm.handler = calling_long_job
+    llm.handler = calling_long_job(seconds)
     try:
         gateway = replicas.serve("a")
         worker = replicas.worker("w1")
@@ -96,7 +107,10 @@ def test_a_60_second_task_survives_the_sigkill_of_its_worker_and_is_polled_not_c
             lambda: rows(pg_database_url, response_id=queued.id), 60, "the task recorded", replicas
         )
         assert stats(upstream)["tasks"] == {task.upstream_task_id: "working"}
-        worker.kill()  # SIGKILL mid-task: nothing of the worker's clean-up runs
+        if stop == "kill":
+            worker.kill()  # SIGKILL mid-task: nothing of the worker's clean-up runs
+        else:
+            assert worker.terminate() == 0  # graceful: its grace period passes, then its runs stop
         replicas.worker("w2")
         done = eventually(
             lambda: (
@@ -109,7 +123,7 @@ def test_a_60_second_task_survives_the_sigkill_of_its_worker_and_is_polled_not_c
             replicas,
         )
         assert done.status == "completed", done.error
-        assert done.output_text == "Done: done sixty"
+        assert done.output_text == "Done: done long"
         seen = stats(upstream)
         assert seen["calls"] == {"long_job": 1}  # the tool was called once, its task polled twice over
         assert seen["tasks"] == {task.upstream_task_id: "completed"}

@@ -235,7 +235,10 @@ class EndpointTasks:
         values: dict[str, Any] = {
             "status": detailed.status if detailed.status in (*OPEN, *TERMINAL) else row.status,
             "status_message": ctx.redact(detailed.status_message)[:2000] if detailed.status_message else None,
-            "input_requests": detailed.input_requests if detailed.status == "input_required" else None,
+            # Stored redacted like the result: a tasks/get of the row may not know the secrets.
+            "input_requests": ctx.redact_value(detailed.input_requests)
+            if detailed.status == "input_required"
+            else None,
         }
         if detailed.status == "completed":
             values["result"] = self._redacted(detailed.result, ctx)

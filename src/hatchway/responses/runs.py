@@ -9,6 +9,7 @@ the runner tells the scope how the run ended, and the scope records it.
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,13 +38,15 @@ from hatchway.responses.store import (
     ResponseJobRecord,
     ResponseRecord,
     ResponseStore,
+    Resumable,
     stored_error,
 )
 from hatchway.responses.wire import CreateResponseRequest, parse_input, response_object, usage_object
 from hatchway.store.tables import utcnow
-from hatchway.tasks import TaskRegistry
+from hatchway.tasks import CANCELLED_BY_REQUEST, DEADLINE_PASSED, TaskRegistry
 from hatchway.vault import Vault
 
+logger = logging.getLogger(__name__)
 ROUTE = "responses"
 INTERRUPTED = (
     "The run was interrupted before it finished: the gateway shut down or restarted, "
@@ -110,6 +113,9 @@ class ResponseRunner:
         self.vault = vault
         self.remote: ChildRunner | None = None
         """The runner of ``a2a:<name>`` children (``a2a/remote.py``), when remote agents are configured."""
+        self.resumable: Resumable | None = None
+        """With the job queue: picks the background responses that, stopped with their replica, run
+        again (they wait on an upstream MCP task) instead of failing ``interrupted``."""
 
     def open_scope(
         self, body: CreateResponseRequest, ctx: RunContext, *, parent_id: str | None = None
@@ -330,8 +336,9 @@ class ResponseRunner:
         except HatchwayError as exc:
             await self._fail(run, exc)
             raise
-        except asyncio.CancelledError:
-            await self._interrupted(run)
+        except asyncio.CancelledError as stopped:
+            if not await self._queued_again(run, stopped):
+                await self._interrupted(run)
             raise
         except Exception:  # a bug: the response fails (never left in_progress); the scope logs 500
             await self._fail(run, InternalError())
@@ -380,6 +387,25 @@ class ResponseRunner:
             run.writer.error(exc.code, message, exc.param, error_type=exc.error_type)
             run.writer.lifecycle("response.failed", run.snapshot())
             run.writer.log.close()
+
+    async def _queued_again(self, run: ResponseRun, stopped: asyncio.CancelledError) -> bool:
+        """A background run its replica stopped (not one someone cancelled) while its call waited
+        on an upstream MCP task: queued again, to poll the same task on the next take."""
+        if self.resumable is None or not run.record.background or not run.stored:
+            return False
+        if CANCELLED_BY_REQUEST in stopped.args or DEADLINE_PASSED in stopped.args:
+            return False
+        try:
+            again = await asyncio.shield(self.resumable([run.record.id]))
+            if not again or not await asyncio.shield(self.store.queue_again(again)):
+                return False
+        except Exception:  # the database is going away with the replica: the lease decides later
+            logger.warning("could not queue response %s again", run.record.id, exc_info=True)
+            return False
+        run.scope.end(CLIENT_GONE, error="The replica stopped; the response was queued again.")
+        if run.writer is not None and not run.writer.log.closed:
+            run.writer.log.close()
+        return True
 
     async def _interrupted(self, run: ResponseRun) -> None:
         error = stored_error("server_error", INTERRUPTED, "interrupted")

@@ -445,16 +445,20 @@ class ResponseStore:
                 ).all()
             )
         again = await resumable(expired) if expired else []
-        if not again:
-            return
+        await self.queue_again(again, expired_before=now)
+
+    async def queue_again(self, response_ids: list[str], *, expired_before: datetime | None = None) -> int:
+        """``in_progress`` → ``queued`` (their stored request runs anew: ``fail_expired``, or a run
+        its replica stopped while it waited on an upstream MCP task); returns how many."""
+        if not response_ids:
+            return 0
+        where = [ResponseRecord.id.in_(response_ids), ResponseRecord.status == "in_progress"]
+        if expired_before is not None:
+            where.append(ResponseRecord.lease_expires_at < expired_before)
         async with self.db.session() as s:
-            await s.execute(
+            result = await s.execute(
                 update(ResponseRecord)
-                .where(
-                    ResponseRecord.id.in_(again),
-                    ResponseRecord.status == "in_progress",
-                    ResponseRecord.lease_expires_at < now,
-                )
+                .where(*where)
                 # Old enough at once for the stranded-job pass (``requeue.py``) to queue its job again.
                 .values(
                     status="queued",
@@ -463,6 +467,7 @@ class ResponseStore:
                     updated_at=datetime(2000, 1, 1, tzinfo=UTC),
                 )
             )
+        return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
     async def fail_expired(self, message: str, resumable: Resumable | None = None) -> int:
         """Fail every active response whose owner stopped renewing its lease; returns how many.

@@ -119,6 +119,9 @@ class PluginBinding:
         self.tasks = tasks
         """``TaskLedger``: the runs' upstream MCP tasks, durable (None: followed in memory only)."""
         self.task_settings = settings.mcp_tasks
+        self.task_resumes = False
+        """Whether a background run stopped with its replica runs again (the job queue): then its
+        upstream tasks are left running for it, else cancelled."""
         self.pinning = pinning
         """``ToolPinning``: tool definitions checked against the organisation's pins (None: not checked)."""
         self.models = models
@@ -257,6 +260,7 @@ class PluginBinding:
             answerer=self.questions,
             tasks=self.tasks,
             task_settings=self.task_settings,
+            task_resumes=self.task_resumes,
         )
 
 

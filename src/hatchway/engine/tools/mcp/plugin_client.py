@@ -38,7 +38,7 @@ from hatchway.engine.tools.mcp.pool import McpServerPool
 from hatchway.engine.tools.mcp.results import to_call_result
 from hatchway.engine.tools.mcp.task_calls import FollowedTask, TaskFollower
 from hatchway.engine.tools.mcp.task_ledger import TaskLedger
-from hatchway.engine.tools.mcp.tasks import CreateTaskResult
+from hatchway.engine.tools.mcp.tasks import CreateTaskResult, declares_tasks
 from hatchway.errors import (
     AuthorizationRequired,
     HatchwayError,
@@ -99,6 +99,7 @@ class PluginMcpClient:
         capabilities: dict[str, Any] | None = None,
         tasks: TaskLedger | None = None,
         task_settings: McpTaskSettings | None = None,
+        task_resumes: bool = False,
     ) -> None:
         self.plugin = plugin
         self.answerer = answerer
@@ -116,7 +117,7 @@ class PluginMcpClient:
         self.guard_egress = guard_egress
         """Refuse (and pin) addresses at connect time too: inline plugins without allow_private."""
         self.backoff_seconds = backoff_seconds
-        self.tasks = TaskFollower(self, tasks, task_settings or McpTaskSettings())
+        self.tasks = TaskFollower(self, tasks, task_settings or McpTaskSettings(), resumes=task_resumes)
         """Follows the calls a server runs as MCP tasks (``task_calls.py``); ``tasks`` (the ledger)
         makes them durable: None (the probe, tests) follows them in memory only."""
 
@@ -184,10 +185,12 @@ class PluginMcpClient:
             server, ctx.org_id, trusted=self.trusted, user=ctx.on_behalf_of
         ).last_known()
         at_most_once = at_most_once or not is_idempotent(server, tool, listed)
+        unasked = False  # a task the call did not declare the extension for
 
         async def operation(
             conn: McpConnection, scope: RequestScope
         ) -> McpCallResult | FollowedTask | CreateTaskResult:
+            nonlocal unasked
             scope.tasks = self._declares_tasks(conn, server, tool)
 
             async def send(client: Client) -> types.CallToolResult | CreateTaskResult:
@@ -210,7 +213,8 @@ class PluginMcpClient:
 
             answer = await conn.run(send, scope)
             if isinstance(answer, CreateTaskResult):
-                if not follow_tasks:
+                unasked = not (scope.tasks if scope.tasks is not None else declares_tasks(self.capabilities))
+                if unasked or not follow_tasks:
                     return answer
                 return await self.tasks.started(server, tool, call, answer, ctx)  # recorded first
             return to_call_result(answer)
@@ -219,6 +223,8 @@ class PluginMcpClient:
             result, retries = await self._with_retries(server, ctx, operation, at_most_once=at_most_once)
         except _Failed as failed:
             return RetriedCall(result=None, error=failed.error, retries=failed.retries)
+        if isinstance(result, CreateTaskResult) and unasked:
+            return await self._unasked(server, result, ctx, retries)
         if isinstance(result, CreateTaskResult):
             return RetriedCall(result=None, error=None, retries=retries, task=result)
         if isinstance(result, FollowedTask):
@@ -233,6 +239,19 @@ class PluginMcpClient:
         if self.capabilities is not None or server.tasks == "off":
             return None if self.capabilities is not None else False
         return conn.offers_tasks or any(fnmatch.fnmatchcase(tool, glob) for glob in server.task_tools)
+
+    async def _unasked(
+        self, server: McpServerConfig, created: CreateTaskResult, ctx: RunContext, retries: int
+    ) -> RetriedCall:
+        """A task made of a call that did not declare the extension (SEP-2663 forbids it): nobody
+        would poll it (an MCP endpoint's client that did not declare it cannot read one, and one past
+        its organisation's open tasks must not get one), so it is cancelled and the call fails."""
+        await self.tasks.abandon(server, created, ctx)
+        error = McpServerError(
+            f"{server.id}: the server answered with a task, which this call did not ask for",
+            code="mcp_protocol_error",
+        )
+        return RetriedCall(result=None, error=error, retries=retries)
 
     async def _follow_task(
         self,

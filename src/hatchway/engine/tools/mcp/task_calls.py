@@ -95,10 +95,20 @@ class FollowedTask:
 class TaskFollower:
     """Follows one plugin client's tasks; satisfies nothing, used by ``PluginMcpClient``."""
 
-    def __init__(self, client: TaskClient, ledger: TaskLedger | None, settings: McpTaskSettings) -> None:
+    def __init__(
+        self,
+        client: TaskClient,
+        ledger: TaskLedger | None,
+        settings: McpTaskSettings,
+        *,
+        resumes: bool = False,
+    ) -> None:
         self.client = client
         self.ledger = ledger
         self.settings = settings
+        self.resumes = resumes and ledger is not None
+        """A background run stopped with its replica runs again (the job queue) and polls its tasks:
+        they are left running then; otherwise a run that stops cancels them."""
 
     def identity(
         self, server: McpServerConfig, tool: str, arguments: dict[str, Any], ctx: RunContext
@@ -135,6 +145,10 @@ class TaskFollower:
         self, server: McpServerConfig, tool: str, call: CallIdentity | None, created: Any, ctx: RunContext
     ) -> FollowedTask:
         record_id = None
+        # The server's words, like every later status: a known status, its message redacted and cut.
+        status = created.status if created.status in OPEN else "working"
+        message = ctx.redact(created.status_message)[:500] if created.status_message else None
+        poll_ms = self._suggested(created.poll_interval_ms)
         if self.ledger is not None:
             record_id = await self.ledger.record_call(
                 call,
@@ -143,12 +157,16 @@ class TaskFollower:
                 ref=server_ref(server.url or server.command),
                 tool=tool,
                 upstream_task_id=created.task_id,
-                status=created.status,
-                poll_interval_ms=created.poll_interval_ms,
+                status=status,
+                poll_interval_ms=poll_ms,
                 end_user=ctx.on_behalf_of,
             )
-        ctx.run.report(TaskStep(server.id, tool, created.status, created.status_message))
-        return FollowedTask(created.task_id, record_id, created.poll_interval_ms, created.status)
+        ctx.run.report(TaskStep(server.id, tool, status, message))
+        return FollowedTask(created.task_id, record_id, poll_ms, status)
+
+    async def abandon(self, server: McpServerConfig, created: Any, ctx: RunContext) -> None:
+        """A task the call did not ask for (it did not declare the extension): cancelled, never followed."""
+        await self._cancel(server, FollowedTask(created.task_id, None, None), ctx)
 
     async def follow(
         self,
@@ -171,11 +189,14 @@ class TaskFollower:
                 await self._update(server, task, input_responses, ctx)
             return await self._poll(server, tool, arguments, task, ctx, progress)
         except asyncio.CancelledError as cancelled:
-            if _by_request(cancelled) or not _resumable(ctx):
+            if _by_request(cancelled) or not (self.resumes and _resumable(ctx)):
                 await self._cancel(server, task, ctx)
             raise
-        except ToolTimeout:
-            await self._cancel(server, task, ctx)
+        except (ToolTimeout, McpServerError) as failed:
+            # Past the wait, or an answer that is not the task: nobody follows it any more. (Not
+            # InputRequested: that task waits for its end user's answer.)
+            if isinstance(failed, ToolTimeout) or failed.code == "mcp_protocol_error":
+                await self._cancel(server, task, ctx)
             raise
         finally:
             ctx.extend_deadline(time.monotonic() - started - budget)
@@ -200,7 +221,7 @@ class TaskFollower:
             detailed = await self._get(server, task, ctx)
             polls += 1
             if detailed.poll_interval_ms is not None:
-                task.poll_ms = detailed.poll_interval_ms
+                task.poll_ms = self._suggested(detailed.poll_interval_ms)
             if detailed.status != task.status or polls == 1:
                 await self._saw(server, tool, task, detailed, ctx, progress)
             if detailed.status == "completed":
@@ -220,9 +241,14 @@ class TaskFollower:
                 continue  # the answer may have moved it on: look again at once
             await asyncio.sleep(self._interval(task, ctx))
 
+    def _suggested(self, poll_ms: int | None) -> int | None:
+        """The server's ``pollIntervalMs`` within ``min_poll_ms`` … ``max_poll_ms`` (it is stored)."""
+        if poll_ms is None:
+            return None
+        return min(max(poll_ms, self.settings.min_poll_ms), self.settings.max_poll_ms)
+
     def _interval(self, task: FollowedTask, ctx: RunContext) -> float:
-        suggested = task.poll_ms if task.poll_ms is not None else self.settings.min_poll_ms
-        ms = min(max(suggested, self.settings.min_poll_ms), self.settings.max_poll_ms)
+        ms = self._suggested(task.poll_ms) or self.settings.min_poll_ms
         return max(min(ms / 1000, ctx.remaining()), 0.0)
 
     async def _saw(
@@ -303,12 +329,18 @@ class TaskFollower:
             return await client.session.send_request(get_task(task.upstream_id), DetailedTask)  # type: ignore[no-any-return]
 
         try:
-            return await self.client.request(server, ctx, send)
+            detailed: DetailedTask = await self.client.request(server, ctx, send)
         except ValidationError:
             raise McpServerError(
                 f"{server.id}: tasks/get answered with something that is not a task",
                 code="mcp_protocol_error",
             ) from None
+        if detailed.task_id != task.upstream_id:
+            raise McpServerError(
+                f"{server.id}: tasks/get answered for another task than the one asked",
+                code="mcp_protocol_error",
+            )
+        return detailed
 
     async def _update(
         self, server: McpServerConfig, task: FollowedTask, responses: dict[str, Any], ctx: RunContext

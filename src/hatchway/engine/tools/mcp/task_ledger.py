@@ -17,7 +17,9 @@ limit that already bounds what a server may answer.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import logging
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -30,6 +32,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 from hatchway.store.db import Database
 from hatchway.store.tables import Base, utcnow
 
+logger = logging.getLogger(__name__)
 OPEN = ("working", "input_required")
 
 
@@ -100,9 +103,12 @@ def new_task_id() -> str:
 class TaskLedger:
     """The ``mcp_tasks`` rows: recorded, updated, found again, expired."""
 
-    def __init__(self, db: Database, *, ttl_seconds: float) -> None:
+    def __init__(self, db: Database, *, ttl_seconds: float, client_ttl_seconds: float | None = None) -> None:
         self.db = db
         self.ttl = timedelta(seconds=ttl_seconds)
+        """An endpoint task's lifetime from its creation (its ``ttlMs``)."""
+        self.client_ttl = timedelta(seconds=client_ttl_seconds or ttl_seconds)
+        """How long a run's record of an upstream task is kept: past the longest wait a run may make."""
 
     # -- client side: a run's upstream tasks -----------------------------------------------------
 
@@ -145,7 +151,7 @@ class TaskLedger:
             upstream_task_id=upstream_task_id,
             status=status if status in OPEN else "working",
             poll_interval_ms=poll_interval_ms,
-            expires_at=utcnow() + self.ttl,
+            expires_at=utcnow() + self.client_ttl,
         )
         async with self.db.session() as s:
             s.add(row)
@@ -253,5 +259,16 @@ class TaskLedger:
         return int(done.rowcount or 0)  # type: ignore[attr-defined]
 
 
-def json_size(value: Any) -> int:
-    return len(orjson.dumps(value))
+async def keep_purging(ledger: TaskLedger, interval_seconds: float) -> None:
+    """Delete the rows past their TTL now, then every ``interval_seconds`` (any replica may: the
+    delete is the same on every one)."""
+    while True:
+        try:
+            removed = await ledger.purge_expired()
+            if removed:
+                logger.info("MCP tasks: deleted %d record(s) past their TTL", removed)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("MCP tasks: purge failed; retrying at the next interval")
+        await asyncio.sleep(interval_seconds)

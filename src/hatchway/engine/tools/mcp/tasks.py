@@ -48,7 +48,8 @@ class DetailedTask(types.Result):
     model_config = ConfigDict(extra="allow")
 
     task_id: str
-    status: str
+    status: TaskStatus
+    """One of the extension's five (anything else is not a task: ``mcp_protocol_error``)."""
     status_message: str | None = None
     created_at: str | None = None
     last_updated_at: str | None = None
