@@ -21,6 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.contas import ABC, QUESTION, RunningContas
 from tests.support.gateway import RunningGateway
+from tests.support.mcp_rpc import rpc
 
 TOOL = "cancelar_vas_avulso"
 
@@ -281,3 +282,66 @@ def test_confirmations_repeated_while_it_executes_each_get_the_outcome(
     assert [r.structured_content and r.structured_content["status"] for r in results] == ["COMPLETED"] * 4
     assert all(r.structured_content["verdict"] == "PARTIAL_SUCCESS" for r in results)  # type: ignore[index]
     assert contas.backend.executions == {body["operation_id"]: 1}
+
+
+TASKS = {"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}
+
+
+def test_an_operation_awaiting_confirmation_is_a_task_the_clients_user_answers_once(
+    contas: RunningContas, gateway_factory: Any, tmp_path: Path
+) -> None:
+    """A client with the tasks extension: the pending operation is a task in ``input_required``
+    whose one input request is the confirmation; ``tasks/update`` decides it, executed once, and
+    the task completes with the per-item verdict; another end user cannot read or answer it."""
+    gateway = _gateway(contas, gateway_factory, tmp_path)
+    url, key = f"{gateway.url}/mcp/contas", gateway.key
+
+    def send(method: str, params: dict[str, Any], name: str, user: str = "alice") -> dict[str, Any]:
+        _, answer, text = rpc(url, key, method, params, name=name, capabilities=TASKS, user=user)
+        assert answer is not None, text
+        return answer
+
+    created = send("tools/call", {"name": TOOL, "arguments": ABC}, TOOL)["result"]
+    assert created["resultType"] == "task" and created["status"] == "input_required", created
+    task_id = created["taskId"]
+    asked = send("tasks/get", {"taskId": task_id}, task_id)["result"]
+    assert asked["status"] == "input_required" and asked["resultType"] == "complete"
+    [(key_name, request)] = asked["inputRequests"].items()
+    assert request["method"] == "elicitation/create" and request["params"]["message"] == QUESTION
+    assert contas.backend.executions == {}  # nothing runs before the answer
+
+    assert send("tasks/get", {"taskId": task_id}, task_id, user="bob")["error"]["code"] == -32602
+    answer = {key_name: {"action": "accept", "content": {"confirm": True}}}
+    refused = send("tasks/update", {"taskId": task_id, "inputResponses": answer}, task_id, user="bob")
+    assert refused["error"]["code"] == -32602 and contas.backend.executions == {}
+
+    ack = send("tasks/update", {"taskId": task_id, "inputResponses": answer}, task_id)
+    assert ack["result"]["resultType"] == "complete"
+    again = send("tasks/update", {"taskId": task_id, "inputResponses": answer}, task_id)  # a double click
+    assert again["result"]["resultType"] == "complete"
+    done = send("tasks/get", {"taskId": task_id}, task_id)["result"]
+    assert done["status"] == "completed", done
+    body = done["result"]["structuredContent"]
+    assert body["status"] == "COMPLETED" and body["verdict"] == "PARTIAL_SUCCESS"
+    assert contas.backend.executions == {body["operation_id"]: 1}  # executed once
+
+
+def test_cancelling_an_operations_task_withdraws_it(
+    contas: RunningContas, gateway_factory: Any, tmp_path: Path
+) -> None:
+    gateway = _gateway(contas, gateway_factory, tmp_path)
+    url, key = f"{gateway.url}/mcp/contas", gateway.key
+    _, created, _ = rpc(
+        url, key, "tools/call", {"name": TOOL, "arguments": ABC}, name=TOOL, capabilities=TASKS, user="alice"
+    )
+    assert created is not None
+    task_id = created["result"]["taskId"]
+    _, ack, _ = rpc(
+        url, key, "tasks/cancel", {"taskId": task_id}, name=task_id, capabilities=TASKS, user="alice"
+    )
+    assert ack is not None and ack["result"]["resultType"] == "complete"
+    _, read, _ = rpc(
+        url, key, "tasks/get", {"taskId": task_id}, name=task_id, capabilities=TASKS, user="alice"
+    )
+    assert read is not None and read["result"]["status"] == "cancelled"
+    assert contas.backend.executions == {}

@@ -114,11 +114,16 @@ class EndpointOperations:
         result = await self.service.call(name, arguments, ctx, caller)
         meta.update(result.meta)
         op = result.operation
-        waiting = result.kind in (ResultKind.NEEDS_CONFIRMATION, ResultKind.AWAITING_APPROVAL)
-        if as_task is not None and op is not None and waiting:
+        approval = result.kind is ResultKind.AWAITING_APPROVAL
+        # A confirmation is a task's input request only for a client that can be asked one (an
+        # elicitation); others get the question and ``confirm_operation``, as without tasks.
+        if (
+            as_task is not None
+            and op is not None
+            and (approval or (_asks_confirmation(result) and client.can_elicit()))
+        ):
             meta["outcome"] = Outcome.INPUT_REQUIRED
             question = result.question or op.confirmation_message or ""
-            approval = result.kind is ResultKind.AWAITING_APPROVAL
             return await as_task(op.id, op.arguments_digest, question, name, ctx, approval=approval)
         if result.kind is not ResultKind.NEEDS_CONFIRMATION or op is None:
             if op is not None:
@@ -244,6 +249,10 @@ class EndpointOperations:
         if op.agent != self.service.agent:
             raise NotFound(f"no operation '{op_id}' behind this endpoint", code="operation_not_found")
         return op
+
+
+def _asks_confirmation(result: Any) -> bool:
+    return result.kind is ResultKind.NEEDS_CONFIRMATION
 
 
 class AsTask(Protocol):

@@ -107,8 +107,8 @@ class EndpointTasks:
     async def may_create(self, client: ClientSide, ctx: RunContext) -> bool:
         """Whether this call may become a task: the client declared the extension and the
         organisation is under its limit of open tasks."""
-        if not declares_tasks(client.capabilities):
-            return False
+        if not client.modern or not declares_tasks(client.capabilities):
+            return False  # tasks are the 2026-07-28 wire's: a 2025 session's results cannot carry one
         return await self.ledger.open_count(ctx.org_id) < self.settings.max_open_per_organisation
 
     async def relayed(
