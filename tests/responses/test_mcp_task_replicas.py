@@ -6,6 +6,9 @@
   stopped with SIGTERM queues the response again itself.
 - A client of ``/mcp/<name>`` starts a task on replica A and polls it, answers it and reads its
   result on replica B.
+- A task's question to the end user, asked through replica A, is answered through replica B: the
+  same upstream task resumes (one call); a background response cancelled on replica B while a
+  worker runs it cancels its upstream task.
 
 The upstream is ``tests/conformance/mcp_tasks_upstream.py`` in this process (its ``/stats`` counts
 the calls each tool's body saw).
@@ -189,6 +192,74 @@ def test_a_task_started_on_one_replica_is_polled_and_answered_on_the_other(
         )
         assert done["result"]["content"][0]["text"] == "answered wire true"
         assert stats(upstream)["calls"] == {"ask_in_task": 1}
+    finally:
+        replicas.stop()
+        purge_redis(REDIS_URL, prefix)
+
+
+def asking_model(body: dict[str, Any]) -> Reply:
+    last = body["messages"][-1]
+    if last["role"] == "tool":
+        return Reply(text=f"Done: {str(last['content']).strip(chr(34))}")
+    return Reply(tool_calls=[("tasks__ask_in_task", {"label": "wire"})])
+
+
+def test_a_tasks_question_asked_on_one_replica_is_answered_on_the_other_and_a_cancel_reaches_the_task(
+    tmp_path: Path, pg_database_url: str, llm: ScriptedLLM, upstream: str
+) -> None:
+    """The end user's question comes from replica A; their answer, sent to replica B, resumes the same
+    upstream task (one call). Then a background response running on a worker is cancelled on
+    replica B: its upstream task is cancelled."""
+    if not REDIS_URL:
+        pytest.skip("needs HATCHWAY_TEST_REDIS_URL")
+    prefix = unique_redis_prefix()
+    plugin = write_plugin(tmp_path, "tasks", {"mcp_servers": [{"id": "tasks", "url": f"{upstream}/mcp"}]})
+    agent = {"name": "tasks", "model": "gpt-4o", "instructions": "Use the tools.", "plugin": plugin}
+    config = replica_config(
+        tmp_path,
+        pg_database_url,
+        REDIS_URL,
+        prefix,
+        llm.base_url,
+        agents=[agent],
+        allow_private_mcp_urls=True,
+    )
+    replicas = Replicas(tmp_path, config)
+    try:
+        a, b = replicas.serve("a"), replicas.serve("b")
+        replicas.worker("w1")
+        key = asyncio.run(create_org_key(pg_database_url)).key
+
+        def chat(replica: Any, text: str) -> str:
+            reply = replica.client(key).chat.completions.create(
+                model="agent:tasks",
+                messages=[{"role": "user", "content": text}],
+                extra_headers={"hatchway-session": "trip", "X-On-Behalf-Of": "ann"},
+            )
+            return reply.choices[0].message.content or ""
+
+        llm.handler = asking_model
+        question = chat(a, "send the wire")
+        assert "Confirm wire?" in question, question
+        [task] = [t for t, s in stats(upstream)["tasks"].items() if s == "input_required"]
+        assert chat(b, "yes") == "Done: answered wire true"
+        seen = stats(upstream)
+        assert seen["calls"] == {"ask_in_task": 1} and seen["tasks"] == {task: "completed"}
+
+        llm.handler = calling_long_job(60)
+        client_a, client_b = a.client(key), b.client(key)
+        queued = client_a.responses.create(model="agent:tasks", input="run it", background=True)
+        [row] = eventually(
+            lambda: rows(pg_database_url, response_id=queued.id), 60, "the task recorded", replicas
+        )
+        assert client_b.responses.cancel(queued.id).status == "cancelled"
+        eventually(
+            lambda: row.upstream_task_id in stats(upstream)["cancelled"],
+            30,
+            "the upstream task cancelled",
+            replicas,
+        )
+        assert stats(upstream)["calls"]["long_job"] == 1
     finally:
         replicas.stop()
         purge_redis(REDIS_URL, prefix)
