@@ -61,9 +61,13 @@ from hatchway.a2a.tasks import (
 from hatchway.engine.tools.operations.store import OperationStore
 from hatchway.errors import Conflict, HatchwayError, InvalidRequest, NotFound
 from hatchway.responses.events import EventLog
+from hatchway.responses.runs import ResponseRun
 from hatchway.responses.service import Responses
 from hatchway.responses.store import ACTIVE, ResponseRecord
 from hatchway.responses.wire import CreateResponseRequest
+
+Begun = tuple[A2ATaskRecord, ResponseRecord | None, EventLog | None, ResponseRun | None]
+"""What a message started: its task, the task's response, and when it runs here its events and run."""
 
 logger = logging.getLogger(__name__)
 
@@ -101,10 +105,21 @@ class AgentTasks(TaskPushes, RequestHandler):
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
         """A new task, answered when it ends (or at once with ``returnImmediately``)."""
         caller = caller_of(context)
-        task, response, events = await self._start(params, caller)
+        task, response, events, run = await self._start(params, caller)
         if response is not None and not params.configuration.return_immediately:
             async for _ in self._events(response, events):
                 pass  # the run's events: their end is the task's
+            if run is not None and run.record.status not in ACTIVE and not self.asks:
+                # Ran here: the Task is built from the run as it ended (what the store now holds),
+                # without reading it back.
+                return task_of(
+                    task,
+                    run.record,
+                    inputs=run.input_records,
+                    outputs=run.output,
+                    history_length=_history_length(params),
+                    base_url=self.base_url,
+                )
         return await self._task(caller, task, history_length=_history_length(params))
 
     async def on_message_send_stream(
@@ -112,7 +127,7 @@ class AgentTasks(TaskPushes, RequestHandler):
     ) -> AsyncGenerator[Event]:
         """The task at once, then its state and its answer as they change, until it ends."""
         caller = caller_of(context)
-        task, response, events = await self._start(params, caller)
+        task, response, events, _run = await self._start(params, caller)
         yield await self._task(caller, task, history_length=_history_length(params))
         if response is not None:
             async for event in self._updates(caller, task, response, events):
@@ -228,11 +243,9 @@ class AgentTasks(TaskPushes, RequestHandler):
 
     # -- the lifecycle --------------------------------------------------------------------------
 
-    async def _start(
-        self, params: SendMessageRequest, caller: Caller
-    ) -> tuple[A2ATaskRecord, ResponseRecord | None, EventLog | None]:
+    async def _start(self, params: SendMessageRequest, caller: Caller) -> Begun:
         """The task a message starts: a background response of the agent, after the context's last;
-        with its run's events when it runs here."""
+        with its run and its events when it runs here."""
         message = params.message
         _check_history_length(params.configuration)
         items = input_of(message)
@@ -256,7 +269,7 @@ class AgentTasks(TaskPushes, RequestHandler):
             if last.status in ACTIVE:
                 busy = f"context {context_id}: task {previous.id} is still working; wait for it or cancel it"
                 raise InvalidParamsError(message=busy)
-        refused, response, events = await self._run(caller, items, _last_answered(previous))
+        refused, response, events, run = await self._run(caller, items, _last_answered(previous))
         if refused is not None:
             task = await self.tasks.add(
                 caller.org_id,
@@ -266,17 +279,15 @@ class AgentTasks(TaskPushes, RequestHandler):
                 refusal={"state": "rejected", "message": refused},
             )
             await self._started(caller, task, push, new=True)
-            return task, None, None
+            return task, None, None, None
         assert response is not None
         task = await self.tasks.add(
             caller.org_id, self.agent, context_id, caller.end_user, response_id=response.id
         )
         await self._started(caller, task, push, new=True)
-        return task, response, events
+        return task, response, events, run
 
-    async def _answer(
-        self, caller: Caller, task_id: str, items: list[dict[str, Any]]
-    ) -> tuple[A2ATaskRecord, ResponseRecord | None, EventLog | None]:
+    async def _answer(self, caller: Caller, task_id: str, items: list[dict[str, Any]]) -> Begun:
         """The end user's answer to the question an input-required task asks: the conversation goes
         on (a new response after the task's), and the task follows it. The answer confirms or
         cancels the operation the question is about, as the same words would in a chat: bound to
@@ -290,19 +301,20 @@ class AgentTasks(TaskPushes, RequestHandler):
                 message=f"task {task.id} is {state}, not waiting for input; "
                 "a new task of its contextId continues the conversation"
             )
-        refused, response, events = await self._run(caller, items, task.response_id)
+        refused, response, events, run = await self._run(caller, items, task.response_id)
         if refused is not None:
             raise InvalidParamsError(message=refused)
         assert response is not None
         await self.tasks.set_response(task.id, response.id)
         task.response_id = response.id
-        return task, response, events
+        return task, response, events, run
 
     async def _run(
         self, caller: Caller, items: list[dict[str, Any]], previous_response_id: str | None
-    ) -> tuple[str | None, ResponseRecord | None, EventLog | None]:
-        """A background response of the agent: (the refusal's reason, None, None) when a limit or a
-        budget refuses it, else (None, the response, its events when it runs in this process)."""
+    ) -> tuple[str | None, ResponseRecord | None, EventLog | None, ResponseRun | None]:
+        """A background response of the agent: (the refusal's reason, None, None, None) when a limit
+        or a budget refuses it, else (None, the response, and its events and run when it runs in
+        this process)."""
         body = CreateResponseRequest(
             model=self.model,
             input=items,
@@ -314,11 +326,12 @@ class AgentTasks(TaskPushes, RequestHandler):
             created = await self.responses.create(body, caller.ctx)
         except HatchwayError as exc:
             if exc.status_code in (402, 429):  # a limit or a budget: the task is refused, and says why
-                return exc.message, None, None
+                return exc.message, None, None, None
             raise _a2a_error(exc) from None
-        if created.started is not None:  # running here: its record as created, its live events
-            return None, created.started.run.record, created.started.events
-        return None, await self.responses.get(caller.org_id, created.response["id"]), None
+        if created.started is not None:  # running here: its record, its live events, the run
+            started = created.started
+            return None, started.run.record, started.events, started.run
+        return None, await self.responses.get(caller.org_id, created.response["id"]), None, None
 
     async def _updates(
         self, caller: Caller, task: A2ATaskRecord, response: ResponseRecord, events: EventLog | None = None
