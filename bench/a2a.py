@@ -6,9 +6,9 @@ an upstream answering at once.
     python -m bench.a2a [--requests 400] [--rounds 3]
 
 Prints p50/p99 of each and the difference at p50 (the target is ≤ 1 ms). An A2A task is a stored
-background response that the call waits for: what it adds is the task's row, the background start and
-the wait on the run's events, and the reads that build the Task (the response, its items, whether it
-asks for a confirmation). About 30 s.
+background response that the call waits for: what it adds is the SDK's JSON-RPC and protobuf
+handling, the task's row (written with the response, in its transaction), the background run's task
+and the wait on its events, and the Task built from the run as it ended. About 30 s.
 """
 
 from __future__ import annotations

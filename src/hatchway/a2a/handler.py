@@ -60,6 +60,7 @@ from hatchway.a2a.tasks import (
 )
 from hatchway.engine.tools.operations.store import OperationStore
 from hatchway.errors import Conflict, HatchwayError, InvalidRequest, NotFound
+from hatchway.ids import new_id
 from hatchway.responses.events import EventLog
 from hatchway.responses.runs import ResponseRun
 from hatchway.responses.service import Responses
@@ -269,7 +270,9 @@ class AgentTasks(TaskPushes, RequestHandler):
             if last.status in ACTIVE:
                 busy = f"context {context_id}: task {previous.id} is still working; wait for it or cancel it"
                 raise InvalidParamsError(message=busy)
-        refused, response, events, run = await self._run(caller, items, _last_answered(previous))
+        # Stored with its response, in one transaction: no second write racing the run's.
+        task = self.tasks.new(caller.org_id, self.agent, context_id, caller.end_user)
+        refused, response, events, run = await self._run(caller, items, _last_answered(previous), task)
         if refused is not None:
             task = await self.tasks.add(
                 caller.org_id,
@@ -280,10 +283,7 @@ class AgentTasks(TaskPushes, RequestHandler):
             )
             await self._started(caller, task, push, new=True)
             return task, None, None, None
-        assert response is not None
-        task = await self.tasks.add(
-            caller.org_id, self.agent, context_id, caller.end_user, response_id=response.id
-        )
+        assert response is not None and response.id == task.response_id
         await self._started(caller, task, push, new=True)
         return task, response, events, run
 
@@ -310,11 +310,15 @@ class AgentTasks(TaskPushes, RequestHandler):
         return task, response, events, run
 
     async def _run(
-        self, caller: Caller, items: list[dict[str, Any]], previous_response_id: str | None
+        self,
+        caller: Caller,
+        items: list[dict[str, Any]],
+        previous_response_id: str | None,
+        task: A2ATaskRecord | None = None,
     ) -> tuple[str | None, ResponseRecord | None, EventLog | None, ResponseRun | None]:
         """A background response of the agent: (the refusal's reason, None, None, None) when a limit
         or a budget refuses it, else (None, the response, and its events and run when it runs in
-        this process)."""
+        this process). A new ``task`` is stored with the response (and only if it is)."""
         body = CreateResponseRequest(
             model=self.model,
             input=items,
@@ -322,8 +326,12 @@ class AgentTasks(TaskPushes, RequestHandler):
             store=True,
             previous_response_id=previous_response_id,
         )
+        stored_with: list[object] = []
+        if task is not None:
+            caller.ctx.response_id = task.response_id = new_id("resp")
+            stored_with.append(task)
         try:
-            created = await self.responses.create(body, caller.ctx)
+            created = await self.responses.create(body, caller.ctx, stored_with=stored_with)
         except HatchwayError as exc:
             if exc.status_code in (402, 429):  # a limit or a budget: the task is refused, and says why
                 return exc.message, None, None, None

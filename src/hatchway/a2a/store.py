@@ -67,8 +67,8 @@ class A2ATasks:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def add(
-        self,
+    @staticmethod
+    def new(
         org_id: str,
         agent: str,
         context_id: str,
@@ -77,7 +77,8 @@ class A2ATasks:
         response_id: str | None = None,
         refusal: dict[str, Any] | None = None,
     ) -> A2ATaskRecord:
-        record = A2ATaskRecord(
+        """A task not stored yet (``add`` stores it; a task of a response is stored with it)."""
+        return A2ATaskRecord(
             id=new_task_id(),
             org_id=org_id,
             agent=agent,
@@ -86,6 +87,17 @@ class A2ATasks:
             response_id=response_id,
             refusal=refusal,
         )
+
+    async def add(
+        self,
+        org_id: str,
+        agent: str,
+        context_id: str,
+        end_user: str | None,
+        *,
+        refusal: dict[str, Any] | None = None,
+    ) -> A2ATaskRecord:
+        record = self.new(org_id, agent, context_id, end_user, refusal=refusal)
         async with self.db.session() as s:
             s.add(record)
         return record

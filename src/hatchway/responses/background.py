@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -97,7 +98,11 @@ class Background:
     # -- the accepting replica ---------------------------------------------------------------------
 
     async def enqueue(
-        self, body: CreateResponseRequest, ctx: RunContext, body_bytes: int = 0
+        self,
+        body: CreateResponseRequest,
+        ctx: RunContext,
+        body_bytes: int = 0,
+        stored_with: Sequence[object] = (),
     ) -> tuple[dict[str, Any], Admission]:
         """Admit, check, store and queue a background response; the Response object as created
         (``queued``) and its admission.
@@ -114,7 +119,8 @@ class Background:
             admission = await admit_response(scope, body, body_bytes, lease=scope.response_id)
             accepted = await runner.accept(body, ctx)
             await runner.planner.check(body.model, ctx)
-            record = await runner.store_queued(body, ctx, accepted, await self._job(body, ctx))
+            job = await self._job(body, ctx)
+            record = await runner.store_queued(body, ctx, accepted, job, stored_with)
             try:
                 await self.queue.enqueue(record.org_id, record.id)
             except Exception as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,8 +157,10 @@ class ResponseRunner:
         call_id: str | None = None,
         local_history: list[dict[str, Any]] | None = None,
         events: EventLog | None = None,
+        stored_with: Sequence[object] = (),
     ) -> ResponseRun:
-        """Everything up to the first model call; raises HatchwayError for a bad request."""
+        """Everything up to the first model call; raises HatchwayError for a bad request.
+        ``stored_with``: rows stored with the response's record, in its transaction."""
         ctx = scope.ctx
         accepted = await self.accept(body, ctx, local_history)
         conversation, loop = await self._plan(body, scope, [*accepted.history, *accepted.input_records])
@@ -168,7 +171,12 @@ class ResponseRunner:
                 # The previous response exists only on the socket: this one starts a stored chain
                 # that carries the whole conversation, so it replays without the socket.
                 record.previous_response_id = None
-            await self.store.create(record, [*(local_history or []), *accepted.input_records])
+            await self.store.create(
+                record,
+                [*(local_history or []), *accepted.input_records],
+                running=True,
+                stored_with=stored_with,
+            )
         writer = ResponseStreamWriter(events) if events is not None else None
         run = ResponseRun(record, stored, accepted.input_records, conversation, loop, scope, writer)
         run.namespaced = body.namespaced()
@@ -201,11 +209,16 @@ class ResponseRunner:
         )
 
     async def store_queued(
-        self, body: CreateResponseRequest, ctx: RunContext, accepted: Accepted, job: ResponseJobRecord
+        self,
+        body: CreateResponseRequest,
+        ctx: RunContext,
+        accepted: Accepted,
+        job: ResponseJobRecord,
+        stored_with: Sequence[object] = (),
     ) -> ResponseRecord:
         """Store a checked response for the job queue (a worker plans and runs it)."""
         record = self.new_record(body, ctx)
-        await self.store.create(record, accepted.input_records, job=job)
+        await self.store.create(record, accepted.input_records, job=job, stored_with=stored_with)
         return record
 
     async def restore(
@@ -265,6 +278,7 @@ class ResponseRunner:
         local_history: list[dict[str, Any]] | None = None,
         error_events: bool = True,
         body_bytes: int = 0,
+        stored_with: Sequence[object] = (),
     ) -> StartedRun:
         """Run a response as a task of this process (a stream, a WebSocket turn, a background response
         without the job queue) and return once it is admitted, prepared and its first events are out.
@@ -272,12 +286,15 @@ class ResponseRunner:
         The whole run — admission and preparation included — happens in the task, inside its scope,
         so it ends, is recorded and gives its hold on the limits back however it ends. A bad request
         raises here (4xx), as ``prepare`` would, and so does a refusal of the limits (429).
+        ``stored_with``: as ``prepare``'s.
         """
         scope = self.open_scope(body, ctx)
         events = EventLog()
         ready: asyncio.Future[tuple[ResponseRun, dict[str, Any]]] = asyncio.get_running_loop().create_future()
         assert scope.response_id is not None
-        run_task = self._run_task(body, scope, events, ready, local_history, error_events, body_bytes)
+        run_task = self._run_task(
+            body, scope, events, ready, local_history, error_events, body_bytes, stored_with
+        )
         task = tasks.spawn(scope.response_id, run_task, attachment=events)
         try:
             run, snapshot = await ready
@@ -295,12 +312,15 @@ class ResponseRunner:
         local_history: list[dict[str, Any]] | None,
         error_events: bool,
         body_bytes: int,
+        stored_with: Sequence[object],
     ) -> None:
         try:
             async with scope:
                 try:
                     await admit_response(scope, body, body_bytes)
-                    run = await self.prepare(body, scope, local_history=local_history, events=events)
+                    run = await self.prepare(
+                        body, scope, local_history=local_history, events=events, stored_with=stored_with
+                    )
                 except BaseException as exc:
                     _settle(ready, exc)
                     raise
@@ -313,7 +333,7 @@ class ResponseRunner:
                 )
                 ready.set_result((run, snapshot))
                 if body.background:
-                    await self.run_background(run)
+                    await self.run_background(run, started=True)
                 else:
                     await self.execute(run)
         except HatchwayError:
@@ -346,9 +366,11 @@ class ResponseRunner:
         assert result is not None
         await self._complete(run, result, results)
 
-    async def run_background(self, run: ResponseRun) -> None:
-        """A background response: start it (unless it was cancelled meanwhile), then execute it."""
-        if run.stored and not await self.store.start(run.record.id):
+    async def run_background(self, run: ResponseRun, *, started: bool = False) -> None:
+        """A background response: start it (unless it was cancelled meanwhile), then execute it.
+        ``started``: stored as running by this process already (``prepare``); a cancel meanwhile
+        cancels its task."""
+        if run.stored and not started and not await self.store.start(run.record.id):
             run.scope.end(CLIENT_GONE, error="The response was cancelled before it started.")
             await self._end_stream_as_stored(run)
             return

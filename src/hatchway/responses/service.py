@@ -5,7 +5,7 @@ The API modules only translate HTTP, SSE and WebSocket frames to and from these 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,22 +51,33 @@ class Responses:
     def store(self) -> ResponseStore:
         return self.runner.store
 
-    async def create(self, body: CreateResponseRequest, ctx: RunContext, *, body_bytes: int = 0) -> Created:
+    async def create(
+        self,
+        body: CreateResponseRequest,
+        ctx: RunContext,
+        *,
+        body_bytes: int = 0,
+        stored_with: Sequence[object] = (),
+    ) -> Created:
         """Run a response as its request asks: to its end, streamed, in the background or queued.
 
         Each is admitted to the limits in its own scope, which gives the hold back when it ends (a
-        queued one's, when the worker that runs it ends it); ``body_bytes`` sizes its reservation."""
+        queued one's, when the worker that runs it ends it); ``body_bytes`` sizes its reservation.
+        ``stored_with``: rows stored with the response's record, in its transaction (none when it is
+        refused before it is stored)."""
         if self.background.queues(body):
-            response, admission = await self.background.enqueue(body, ctx, body_bytes)
+            response, admission = await self.background.enqueue(body, ctx, body_bytes, stored_with)
             return Created(response, admission=admission)
         if body.background or body.stream:
-            started = await self.runner.start(body, ctx, self.tasks, body_bytes=body_bytes)
+            started = await self.runner.start(
+                body, ctx, self.tasks, body_bytes=body_bytes, stored_with=stored_with
+            )
             return Created(started.snapshot, started, started.run.scope.admission)
         async with self.runner.open_scope(body, ctx) as scope:
             assert scope.response_id is not None
             with self.tasks.current(scope.response_id):  # its lease renewed while it runs, however long
                 admission = await admit_response(scope, body, body_bytes)
-                run = await self.runner.prepare(body, scope)
+                run = await self.runner.prepare(body, scope, stored_with=stored_with)
                 await self.runner.execute(run)
         return Created(run.snapshot(), admission=admission)
 

@@ -18,7 +18,7 @@ vault key because forwarded headers may carry end-user credentials. It goes away
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -163,17 +163,32 @@ class ResponseStore:
         input_items: list[dict[str, Any]],
         *,
         job: ResponseJobRecord | None = None,
+        running: bool = False,
+        stored_with: Sequence[object] = (),
     ) -> None:
         """Insert a new response with its input items, owned by this process — or, with ``job`` (its
-        stored request), by nobody: a queued job has no lease until a worker starts it."""
+        stored request), by nobody: a queued job has no lease until a worker starts it.
+
+        ``running``: this process runs it from now on, so it is stored ``in_progress`` (a background
+        response then needs no ``start``: one write fewer), while the record keeps saying what it
+        said (``queued``) to its caller until the run begins. ``stored_with``: rows written in the
+        same transaction (the A2A task a message starts: one write, not a second one racing the
+        run's on SQLite's single writer)."""
         record.owner = None if job is not None else self.owner
         record.lease_expires_at = None if job is not None else self._lease()
-        async with self.db.session() as s:
-            s.add(record)
-            await s.flush()
-            s.add_all(_item_rows(record.id, "input", input_items))
-            if job is not None:
-                s.add(job)
+        told = record.status
+        if running and job is None:
+            record.status = "in_progress"
+        try:
+            async with self.db.session() as s:
+                s.add(record)
+                await s.flush()
+                s.add_all(_item_rows(record.id, "input", input_items))
+                s.add_all(stored_with)
+                if job is not None:
+                    s.add(job)
+        finally:
+            record.status = told
 
     async def get(self, org_id: str, response_id: str) -> ResponseRecord:
         async with self.db.session() as s:
