@@ -145,6 +145,25 @@ def test_children_run_in_parallel_on_the_remote_agent_and_a_failure_is_structure
     if tree.status_code == 200:
         assert ok_alpha["response_id"] in json.dumps(tree.json())
 
+    # Each remote child is a run of its own in the run log: its child response, its parent, how it
+    # ended (the failure with the remote's reason).
+    def remote_runs() -> list[dict[str, Any]] | None:
+        records = httpx.get(
+            f"{lead.url}/v1/logs",
+            params={"model": "a2a:remote"},
+            headers={"authorization": f"Bearer {lead.key}"},
+        ).json()["data"]
+        return records if len(records) == 3 else None
+
+    runs = {r["response_id"]: r for r in wait_until(remote_runs, timeout=30, message="3 remote runs logged")}
+    assert {ok_alpha["response_id"], ok_beta["response_id"]} < set(runs)
+    assert all(r["parent_id"] == parent.id for r in runs.values())
+    alpha = runs[ok_alpha["response_id"]]
+    assert alpha["status"] == "ok" and alpha["http_status"] == 200, alpha
+    [refused] = [r for r in runs.values() if r["status"] != "ok"]
+    assert refused["status"] == "error" and refused["http_status"] == 502, refused
+    assert "the remote tool broke" in refused["error"]
+
 
 def test_the_remote_question_reaches_the_end_user_and_the_task_id_is_kept(
     lead: RunningGateway, remote: RemoteAgent, llm: ScriptedLLM

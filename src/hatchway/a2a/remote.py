@@ -78,8 +78,7 @@ class RemoteAgents:
         agent = self.settings.a2a.remote(name)
         if agent is None:
             raise InvalidRequest(f"no remote A2A agent '{name}' in hatchway.yaml's a2a.remote_agents")
-        child_id = new_id("resp")
-        ctx.response_id = child_id
+        child_id = ctx.response_id = ctx.response_id or new_id("resp")  # its run scope's, if it has one
         record = ResponseRecord(
             id=child_id,
             org_id=ctx.org_id,

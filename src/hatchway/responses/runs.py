@@ -461,16 +461,20 @@ class ResponseRunner:
     async def run_child(self, request: ChildRequest, ctx: RunContext) -> ChildResult:
         """One stored child response of ``request.parent_response_id``, run to its end in its own scope
         (a remote A2A agent's, ``a2a:<name>``, by ``self.remote``)."""
-        if request.model.startswith("a2a:"):
-            if self.remote is None:
-                raise InvalidRequest(
-                    f"{request.model}: no remote A2A agents are configured (a2a.remote_agents)"
-                )
-            return await self.remote.run_child(request, ctx)
+        remote = self.remote
+        if request.model.startswith("a2a:") and remote is None:
+            raise InvalidRequest(f"{request.model}: no remote A2A agents are configured (a2a.remote_agents)")
         body = CreateResponseRequest(
             model=request.model, instructions=request.instructions, input=request.task
         )
         async with self.open_scope(body, ctx, parent_id=request.parent_response_id) as scope:
+            if remote is not None and request.model.startswith("a2a:"):
+                # The remote agent's work is a run of its own too: its run-log record, its span,
+                # how it ended (its usage is the remote's, which it does not report).
+                scope.begin(name=request.model, agent=None, plugin_source=None)
+                child = await remote.run_child(request, ctx)
+                scope.end(200)
+                return child
             run = await self.prepare(body, scope, call_id=request.call_id)
             await self.execute(run)
         return ChildResult(response_id=run.record.id, output_text=output_text(run.output))
