@@ -46,6 +46,7 @@ from hatchway.a2a.caller import Caller, caller_of
 from hatchway.a2a.push import PushNotifier
 from hatchway.a2a.push_methods import TaskPushes
 from hatchway.a2a.store import A2ATaskRecord, A2ATasks, Cursor, StateFilter, new_context_id
+from hatchway.a2a.streams import StreamSlots
 from hatchway.a2a.tasks import (
     ENDED,
     FILTERS,
@@ -85,13 +86,16 @@ class AgentTasks(TaskPushes, RequestHandler):
         operations: OperationStore,
         *,
         asks: bool = True,
+        streams: StreamSlots,
         push: PushNotifier | None = None,
         base_url: str | None = None,
     ) -> None:
         """``asks``: the agent has transactional operations (tools.yaml), so a run may end asking
         for a confirmation; without them no task is ever input-required and nobody looks.
-        ``push``: push notifications (``push.py``); without it every push method is refused."""
+        ``push``: push notifications (``push.py``); without it every push method is refused.
+        ``streams``: the open streams each organisation may hold (shared by every agent)."""
         self.asks = asks
+        self.streams = streams
         self.push = push
         self.base_url = base_url
         """The gateway's public address: its consent links start with it (auth-required)."""
@@ -128,11 +132,12 @@ class AgentTasks(TaskPushes, RequestHandler):
     ) -> AsyncGenerator[Event]:
         """The task at once, then its state and its answer as they change, until it ends."""
         caller = caller_of(context)
-        task, response, events, _run = await self._start(params, caller)
-        yield await self._task(caller, task, history_length=_history_length(params))
-        if response is not None:
-            async for event in self._updates(caller, task, response, events):
-                yield event
+        with self.streams.hold(caller.org_id):  # before the task starts: a refused stream starts none
+            task, response, events, _run = await self._start(params, caller)
+            yield await self._task(caller, task, history_length=_history_length(params))
+            if response is not None:
+                async for event in self._updates(caller, task, response, events):
+                    yield event
 
     # -- tasks ----------------------------------------------------------------------------------
 
@@ -227,11 +232,12 @@ class AgentTasks(TaskPushes, RequestHandler):
             raise UnsupportedOperationError(
                 message=f"task {task.id} has already ended ({TaskState.Name(snapshot.status.state)})"
             )
-        yield snapshot
-        assert task.response_id is not None
-        response = await self.responses.get(caller.org_id, task.response_id)
-        async for event in self._updates(caller, task, response):
-            yield event
+        with self.streams.hold(caller.org_id):
+            yield snapshot
+            assert task.response_id is not None
+            response = await self.responses.get(caller.org_id, task.response_id)
+            async for event in self._updates(caller, task, response):
+                yield event
 
     # -- what this server does not offer (its card says so) ------------------------------------
 

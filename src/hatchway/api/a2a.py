@@ -22,6 +22,7 @@ from hatchway.a2a.cards import PREFIX, agent_card, card_path, jsonrpc_path, rest
 from hatchway.a2a.handler import AgentTasks
 from hatchway.a2a.push import PushConfigs, PushNotifier
 from hatchway.a2a.store import A2ATasks
+from hatchway.a2a.streams import StreamSlots
 from hatchway.api.auth import admit, source_of
 from hatchway.api.context import header_dict
 from hatchway.api.errors import error_response
@@ -74,6 +75,7 @@ class A2AAgents:
             allow_private=gateway.settings.allow_private_mcp_urls,
             signing_key=_signing_key(gateway.settings.a2a.push_signing_secret),
         )
+        streams = StreamSlots(gateway.settings.a2a.max_streams_per_organisation)  # every agent's
         for agent in gateway.settings.agents:
             if not agent.a2a.publish:
                 continue
@@ -83,6 +85,7 @@ class A2AAgents:
                 tasks,
                 gateway.operations,
                 asks=agent.tools is not None,
+                streams=streams,
                 push=self.push,
                 base_url=gateway.settings.public_base_url,
             )

@@ -323,6 +323,10 @@ class A2ASettings(StrictModel):
     push_signing_secret: Annotated[str, Field(pattern=r"^env:[A-Za-z_][A-Za-z0-9_]*$")] | None = None
     """``env:NAME``: push notifications to A2A clients are signed with this key, as the approval
     webhooks are (``X-Hatchway-Timestamp``, ``X-Hatchway-Signature``); unsigned when unset."""
+    max_streams_per_organisation: Annotated[int, Field(ge=1, le=100_000)] = 256
+    """A2A streams (``SendStreamingMessage``, ``SubscribeToTask``) an organisation may hold open
+    at once on each replica, over all its published agents; one more is refused (``InvalidRequest``)
+    before it starts a task. Each holds a follower of its task's run until the task ends."""
 
     @model_validator(mode="after")
     def _unique(self) -> A2ASettings:
