@@ -392,6 +392,10 @@ class AgentTasks(TaskPushes, RequestHandler):
             caller.org_id, task, history_length=history_length, include_artifacts=include_artifacts
         )
 
+    async def snapshot(self, task: A2ATaskRecord) -> Task:
+        """The task as it stands, as GetTask tells its owner (the push sweep's reading)."""
+        return await self._snapshot(task.org_id, task)
+
     async def _snapshot(
         self,
         org_id: str,

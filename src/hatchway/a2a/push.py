@@ -9,8 +9,8 @@ in between). The token and credentials are sealed with the organisation's vault 
 ``a2a-push``); the table holds no secret in clear.
 
 When the task reaches a terminal state or ``input-required``, each of its configs is claimed for that
-(response, state) with a compare-and-set on the row (``notified``), so that a state is announced at
-most once per config however many watchers see it end, then POSTed::
+(response, state) with a compare-and-set on the row (``notified``, held until ``claim_expires_at``),
+so that one replica at a time announces a state to a config however many see it end, then POSTed::
 
     Content-Type: application/json
     X-A2A-Notification-Token: <the client's token>      (when it gave one)
@@ -21,7 +21,14 @@ most once per config however many watchers see it end, then POSTed::
 with the body a ``StreamResponse`` carrying the Task (A2A 1.0, 4.3.3; as the ``a2a-sdk``'s own
 sender). 2xx is delivered; 5xx, 408, 429, timeouts and connection errors are retried with backoff
 (``RetrySchedule``) up to ``DELIVERY_ATTEMPTS``; a redirect or any other answer ends it. Redirects
-are never followed and the receiver's body is never read.
+are never followed and the receiver's body is never read. When the attempts end, the config is marked
+told (``delivered``).
+
+Nothing depends on the replica that took the task staying up: the replica that took it follows the
+run and announces at once, and every replica also sweeps (``a2a.push_sweep_seconds``) for configs
+whose task has ended (or asks) but that were never told, or whose claim lapsed before they were told
+(the claiming replica died mid-delivery: ``a2a.push_claim_seconds``). Delivery is at-least-once:
+a receiver that must act once deduplicates by the task id and state.
 """
 
 from __future__ import annotations
@@ -30,21 +37,24 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 import orjson
-from a2a.types import AuthenticationInfo, StreamResponse, Task, TaskPushNotificationConfig
+from a2a.types import AuthenticationInfo, StreamResponse, Task, TaskPushNotificationConfig, TaskState
 from google.protobuf.json_format import MessageToJson
-from sqlalchemy import LargeBinary, String, delete, func, or_, select, update
+from sqlalchemy import LargeBinary, String, and_, delete, func, or_, select, update
 from sqlalchemy.orm import Mapped, mapped_column
 
+from hatchway.a2a.store import A2ATaskRecord
+from hatchway.a2a.tasks import ENDED, WAITING
 from hatchway.egress import check_egress
 from hatchway.engine.tools.operations.deliveries import RetrySchedule
 from hatchway.engine.tools.operations.notifications import AttemptOutcome, classify_answer, sign
 from hatchway.errors import PermissionDenied
+from hatchway.responses.store import ACTIVE, ResponseRecord
 from hatchway.store.db import Database
 from hatchway.store.tables import Base, utcnow
 from hatchway.vault.store import Vault
@@ -68,6 +78,8 @@ BACKOFF_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 30.0
 TIMEOUT_SECONDS = 10.0
 """One attempt's time: connecting, sending, and the receiver's status line."""
+SWEEP_BATCH = 32
+"""Configs one sweep announces at most (the next sweep takes the rest)."""
 
 
 class A2APushConfigRecord(Base):
@@ -82,8 +94,17 @@ class A2APushConfigRecord(Base):
     sealed: Mapped[bytes] = mapped_column(LargeBinary)
     """``{"token", "scheme", "credentials"}``, sealed with the organisation's vault key."""
     notified: Mapped[str | None] = mapped_column(String(200), default=None)
-    """``<response id>|<state>`` last announced (claimed): the same is never announced twice."""
+    """``<response id>|<state>`` last claimed to be announced (``mark_of``)."""
+    delivered: Mapped[str | None] = mapped_column(String(200), default=None)
+    """The mark whose announcement ended (delivered, or refused for good, or out of attempts)."""
+    claim_expires_at: Mapped[datetime | None] = mapped_column(default=None)
+    """Until when the replica that claimed ``notified`` holds it; then another may announce it."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+def mark_of(response_id: str | None, state: str) -> str:
+    """What a config is told: this response of the task reached ``state`` (a ``TaskState`` name)."""
+    return f"{response_id or '-'}|{state}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +147,7 @@ class PushConfigs:
                 s.add(row)
             row.url = config.url
             row.sealed = sealed
-            row.notified = None
+            row.notified = row.delivered = row.claim_expires_at = None
         return row
 
     async def get(self, task_id: str, config_id: str) -> A2APushConfigRecord | None:
@@ -154,19 +175,77 @@ class PushConfigs:
             )
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
-    async def claim(self, row: A2APushConfigRecord, mark: str) -> bool:
-        """Whether this caller is the one to announce ``mark`` to this config (compare-and-set)."""
+    async def claim(self, row: A2APushConfigRecord, mark: str, hold_seconds: float) -> bool:
+        """Whether this caller is the one to announce ``mark`` to this config now (compare-and-set):
+        a mark not claimed yet, or one whose claim lapsed before its announcement ended."""
+        now = utcnow()
+        config = A2APushConfigRecord
+        lapsed = and_(
+            config.notified == mark,
+            or_(config.delivered.is_(None), config.delivered != mark),
+            config.claim_expires_at < now,
+        )
         async with self.db.session() as s:
             result = await s.execute(
-                update(A2APushConfigRecord)
+                update(config)
                 .where(
-                    A2APushConfigRecord.task_id == row.task_id,
-                    A2APushConfigRecord.id == row.id,
-                    or_(A2APushConfigRecord.notified.is_(None), A2APushConfigRecord.notified != mark),
+                    config.task_id == row.task_id,
+                    config.id == row.id,
+                    or_(config.notified.is_(None), config.notified != mark, lapsed),
                 )
-                .values(notified=mark)
+                .values(notified=mark, claim_expires_at=now + timedelta(seconds=hold_seconds))
             )
         return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    async def extend(self, row: A2APushConfigRecord, mark: str, seconds: float) -> None:
+        """Hold the claim on ``mark`` ``seconds`` more from now (a retry is waited for)."""
+        config = A2APushConfigRecord
+        async with self.db.session() as s:
+            await s.execute(
+                update(config)
+                .where(config.task_id == row.task_id, config.id == row.id, config.notified == mark)
+                .values(claim_expires_at=utcnow() + timedelta(seconds=seconds))
+            )
+
+    async def told(self, row: A2APushConfigRecord, mark: str, *, claimed: bool = True) -> None:
+        """The announcement of ``mark`` to this config ended: no replica sends it again.
+        ``claimed=False``: given up without a claim (nobody can tell the task any more)."""
+        config = A2APushConfigRecord
+        where = [config.task_id == row.task_id, config.id == row.id]
+        if claimed:
+            where.append(config.notified == mark)
+        async with self.db.session() as s:
+            await s.execute(
+                update(config).where(*where).values(notified=mark, delivered=mark, claim_expires_at=None)
+            )
+
+    async def untold(self, limit: int) -> list[tuple[A2APushConfigRecord, A2ATaskRecord]]:
+        """Configs (with their task) owed an announcement: their task's response has ended (or the
+        task was refused) and they were never told of that response, or their claim lapsed before
+        its announcement ended. Oldest first, at most ``limit``."""
+        now = utcnow()
+        config, task = A2APushConfigRecord, A2ATaskRecord
+        this_response = func.coalesce(task.response_id, "-") + "|"
+        owed = or_(
+            config.notified.is_(None),
+            func.substr(config.notified, 1, func.length(this_response)) != this_response,
+            and_(
+                config.claim_expires_at < now,
+                or_(config.delivered.is_(None), config.delivered != config.notified),
+            ),
+        )
+        refused = task.refusal["state"].as_string().is_not(None)  # SQL NULL or JSON null: none
+        ended = or_(refused, ResponseRecord.status.not_in(ACTIVE))
+        query = (
+            select(config, task)
+            .join(task, task.id == config.task_id)
+            .outerjoin(ResponseRecord, ResponseRecord.id == task.response_id)
+            .where(ended, owed)
+            .order_by(config.created_at)
+            .limit(limit)
+        )
+        async with self.db.session() as s:
+            return [(row[0], row[1]) for row in (await s.execute(query)).all()]
 
     async def secrets(self, row: A2APushConfigRecord) -> PushSecrets:
         plain = orjson.loads(await self.vault.open_blob(row.org_id, row.sealed, purpose=PURPOSE))
@@ -207,8 +286,9 @@ async def check_config(config: TaskPushNotificationConfig, *, allow_private: boo
 
 
 class PushNotifier:
-    """Announces a task's state to its configs: claimed once per (config, state), POSTed with
-    retries. ``signing_key``: signs each POST as the approval webhooks are signed."""
+    """Announces a task's state to its configs: claimed per (config, state) for ``claim_seconds``
+    at a time, POSTed with retries, then marked told. ``signing_key``: signs each POST as the
+    approval webhooks are signed."""
 
     def __init__(
         self,
@@ -219,24 +299,53 @@ class PushNotifier:
         http: httpx.AsyncClient | None = None,
         schedule: RetrySchedule | None = None,
         timeout: float = TIMEOUT_SECONDS,
+        claim_seconds: float = 60.0,
     ) -> None:
         self.configs = configs
         self.allow_private = allow_private
         self.signing_key = signing_key
         self.schedule = schedule or RetrySchedule(DELIVERY_ATTEMPTS, BACKOFF_SECONDS, MAX_BACKOFF_SECONDS)
         self.timeout = timeout
+        self.claim_seconds = claim_seconds
         self._http = http
 
-    async def announce(self, task: Task, mark: str) -> int:
-        """POST ``task`` to each of its configs that has not yet been told ``mark``; how many."""
-        rows = [row for row in await self.configs.of_task(task.id) if await self.configs.claim(row, mark)]
-        if not rows:
+    async def announce(self, task: Task, mark: str, rows: list[A2APushConfigRecord] | None = None) -> int:
+        """POST ``task`` to each of its configs (or of ``rows``) that this caller claims for
+        ``mark``: not told it yet, nor being told by another replica; how many."""
+        if rows is None:
+            rows = await self.configs.of_task(task.id)
+        claimed = [row for row in rows if await self.configs.claim(row, mark, self.claim_seconds)]
+        if not claimed:
             return 0
         body = MessageToJson(StreamResponse(task=task), indent=None).encode()
-        await asyncio.gather(*(self._deliver(row, body) for row in rows))
-        return len(rows)
+        await asyncio.gather(*(self._deliver(row, mark, body) for row in claimed))
+        return len(claimed)
 
-    async def _deliver(self, row: A2APushConfigRecord, body: bytes) -> None:
+    async def sweep(self, snapshot_of: Callable[[A2ATaskRecord], Awaitable[Task | None]]) -> int:
+        """Announce what configs are owed (``PushConfigs.untold``: a task that ended while nobody
+        followed it, a claim whose replica died); how many were announced. ``snapshot_of``: the
+        task as its agent tells it now, None when no published agent tells it any more (its
+        configs are then given up)."""
+        owed: dict[str, tuple[A2ATaskRecord, list[A2APushConfigRecord]]] = {}
+        for row, task in await self.configs.untold(SWEEP_BATCH):
+            owed.setdefault(task.id, (task, []))[1].append(row)
+
+        async def one(task: A2ATaskRecord, rows: list[A2APushConfigRecord]) -> int:
+            snapshot = await snapshot_of(task)
+            if snapshot is None:  # its agent is no longer published: nothing can tell it
+                for row in rows:
+                    await self.configs.told(row, mark_of(task.response_id, "UNPUBLISHED"), claimed=False)
+                return 0
+            state = snapshot.status.state
+            if state not in ENDED and state not in WAITING:
+                return 0
+            return await self.announce(snapshot, mark_of(task.response_id, TaskState.Name(state)), rows)
+
+        return sum(await asyncio.gather(*(one(task, rows) for task, rows in owed.values())))
+
+    async def _deliver(self, row: A2APushConfigRecord, mark: str, body: bytes) -> None:
+        """Attempts until one is delivered or the schedule gives up; then the config is told. A
+        replica stopping meanwhile leaves the claim to lapse: another announces it."""
         try:
             secrets = await self.configs.secrets(row)
             attempts = 0
@@ -245,7 +354,7 @@ class PushNotifier:
                 outcome = await self._attempt(row, secrets, body)
                 if outcome.error is None:
                     logger.info("a2a push %s of task %s delivered", row.id, row.task_id)
-                    return
+                    break
                 wait = self.schedule.wait(attempts, outcome.retry_after) if outcome.retry else None
                 if wait is None:
                     logger.warning(
@@ -255,10 +364,15 @@ class PushNotifier:
                         attempts,
                         outcome.error,
                     )
-                    return
+                    break
+                await self.configs.extend(row, mark, wait + self.claim_seconds)
                 await asyncio.sleep(wait)
         except Exception:  # a bug or the vault: logged, never raised into the task's lifecycle
             logger.exception("a2a push %s of task %s failed", row.id, row.task_id)
+        try:
+            await self.configs.told(row, mark)
+        except Exception:  # the database: the claim lapses and the notification is sent again
+            logger.warning("a2a push %s of task %s: could not mark it told", row.id, row.task_id)
 
     async def _attempt(self, row: A2APushConfigRecord, secrets: PushSecrets, body: bytes) -> AttemptOutcome:
         try:  # again at each attempt: where the name points may have changed since it was registered

@@ -22,7 +22,7 @@ from a2a.types import (
 from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
 
 from hatchway.a2a.caller import Caller, caller_of
-from hatchway.a2a.push import A2APushConfigRecord, ConfigRefused, PushNotifier, check_config
+from hatchway.a2a.push import A2APushConfigRecord, ConfigRefused, PushNotifier, check_config, mark_of
 from hatchway.a2a.store import A2ATaskRecord, A2ATasks
 from hatchway.a2a.tasks import ENDED, WAITING
 
@@ -163,7 +163,7 @@ class TaskPushes:
             snapshot = await self._snapshot(current.org_id, current)
             state = snapshot.status.state
             if state in ENDED or state in WAITING:
-                await self.push.announce(snapshot, f"{current.response_id or '-'}|{TaskState.Name(state)}")
+                await self.push.announce(snapshot, mark_of(current.response_id, TaskState.Name(state)))
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -8,11 +8,14 @@ every inference route; ``X-On-Behalf-Of`` names the end user) and hands the SDK 
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Callable
 
 from a2a.server.context import ServerCallContext
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
 from a2a.server.routes.common import DefaultServerCallContextBuilder
+from a2a.types import Task
 from starlette.requests import Request
 from starlette.routing import Router
 from starlette.types import Receive, Scope, Send
@@ -21,7 +24,7 @@ from hatchway.a2a.caller import CALLER, Caller
 from hatchway.a2a.cards import PREFIX, agent_card, card_path, jsonrpc_path, rest_path
 from hatchway.a2a.handler import AgentTasks
 from hatchway.a2a.push import PushConfigs, PushNotifier
-from hatchway.a2a.store import A2ATasks
+from hatchway.a2a.store import A2ATaskRecord, A2ATasks
 from hatchway.a2a.streams import StreamSlots
 from hatchway.api.auth import admit, source_of
 from hatchway.api.context import header_dict
@@ -30,6 +33,8 @@ from hatchway.engine.context import RunContext
 from hatchway.environment import env_value
 from hatchway.errors import HatchwayError, NotFound
 from hatchway.gateway import Gateway
+
+logger = logging.getLogger(__name__)
 
 _CREDENTIALS = frozenset({"authorization", "cookie", "x-api-key", "proxy-authorization"})
 
@@ -74,7 +79,9 @@ class A2AAgents:
             PushConfigs(gateway.db, gateway.vault),
             allow_private=gateway.settings.allow_private_mcp_urls,
             signing_key=_signing_key(gateway.settings.a2a.push_signing_secret),
+            claim_seconds=gateway.settings.a2a.push_claim_seconds,
         )
+        self.handlers: dict[str, AgentTasks] = {}
         streams = StreamSlots(gateway.settings.a2a.max_streams_per_organisation)  # every agent's
         for agent in gateway.settings.agents:
             if not agent.a2a.publish:
@@ -89,6 +96,7 @@ class A2AAgents:
                 push=self.push,
                 base_url=gateway.settings.public_base_url,
             )
+            self.handlers[agent.name] = handler
             self.cards[agent.name] = Router(
                 create_agent_card_routes(agent_card(agent, base_url), card_url=card_path(agent.name))
             )
@@ -100,6 +108,23 @@ class A2AAgents:
                     *create_rest_routes(handler, context_builder=builder, path_prefix=rest_path(agent.name)),
                 ]
             )
+
+    async def keep_announcing(self) -> None:
+        """Every ``a2a.push_sweep_seconds``, the push notifications owed and not sent (``push.py``):
+        what a replica that died, or stopped, left untold. Runs on every replica."""
+        every = self.gateway.settings.a2a.push_sweep_seconds
+        while True:
+            try:
+                await self.push.sweep(self._snapshot_of)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the database away for a moment: the next sweep tries again
+                logger.warning("a2a push sweep failed: %s", type(exc).__name__)
+            await asyncio.sleep(every)
+
+    async def _snapshot_of(self, task: A2ATaskRecord) -> Task | None:
+        handler = self.handlers.get(task.agent)
+        return None if handler is None else await handler.snapshot(task)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         name = scope["path"][len(PREFIX) :].split("/", 1)[0]

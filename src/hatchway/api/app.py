@@ -100,12 +100,20 @@ def create_app(
 
         endpoints = McpEndpoints(gw)
 
+    a2a = None
+    if any(agent.a2a.publish for agent in settings.agents):  # the A2A SDK loads only when one is published
+        from hatchway.api.a2a import A2AAgents
+
+        a2a = A2AAgents(gw)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await gw.start()
         gw.tasks.spawn("jobs:worker", gw.responses.background.serve())  # queued responses, with Redis
         if endpoints is not None:
             gw.tasks.spawn("mcp:endpoints", endpoints.serve())
+        if a2a is not None:
+            gw.tasks.spawn("a2a:push-sweep", a2a.keep_announcing())
         if freeze_heap:
             gc.collect()
             gc.freeze()
@@ -154,8 +162,6 @@ def create_app(
     app.direct_routes = direct
     if endpoints is not None:  # logged, measured and answered in the gateway's error shape like /v1
         app.mcp_endpoints = ObservabilityMiddleware(ErrorMiddleware(endpoints), **observed)
-    if any(agent.a2a.publish for agent in settings.agents):  # the A2A SDK loads only when one is published
-        from hatchway.api.a2a import A2AAgents
-
-        app.a2a_agents = ObservabilityMiddleware(ErrorMiddleware(A2AAgents(gw)), **observed)
+    if a2a is not None:
+        app.a2a_agents = ObservabilityMiddleware(ErrorMiddleware(a2a), **observed)
     return app

@@ -323,6 +323,12 @@ class A2ASettings(StrictModel):
     push_signing_secret: Annotated[str, Field(pattern=r"^env:[A-Za-z_][A-Za-z0-9_]*$")] | None = None
     """``env:NAME``: push notifications to A2A clients are signed with this key, as the approval
     webhooks are (``X-Hatchway-Timestamp``, ``X-Hatchway-Signature``); unsigned when unset."""
+    push_sweep_seconds: Annotated[float, Field(ge=0.5, le=3600)] = 5.0
+    """How often each replica looks for push notifications owed and not sent: a task that ended
+    while the replica that took it was down, a delivery whose replica died mid-way."""
+    push_claim_seconds: Annotated[float, Field(ge=1, le=3600)] = 60.0
+    """How long a replica holds one notification it is sending (renewed before each retry); a
+    replica that dies mid-delivery leaves it to another replica after this."""
     max_streams_per_organisation: Annotated[int, Field(ge=1, le=100_000)] = 256
     """A2A streams (``SendStreamingMessage``, ``SubscribeToTask``) an organisation may hold open
     at once on each replica, over all its published agents; one more is refused (``InvalidRequest``)
