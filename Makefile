@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 CONFIG ?= examples/hatchway.yaml
 
-.PHONY: test run demo bench lint venv clean image image-test image-lock
+.PHONY: test run demo bench lint venv clean image image-test image-lock a2a-tck
 
 $(BIN)/hatchway: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,13 @@ image:
 # Build the image on a debootstrap base and run tests/image against it (what CI does).
 image-test: venv
 	.ci/image-test
+
+# The A2A TCK (third_party/a2a-tck) against a published agent (what CI does; docs/a2a.md). Its own
+# virtualenv, .ci/tck-venv, is made here when .ci/run has not made it.
+a2a-tck: venv
+	@[ -x .ci/tck-venv/bin/python ] || { $(PYTHON) -m venv .ci/tck-venv && \
+	  .ci/tck-venv/bin/pip install --quiet --disable-pip-version-check -r .ci/tck-requirements.txt; }
+	.ci/a2a-tck
 
 # Re-pin deploy/docker/requirements.txt from pyproject.toml's dependencies (a clean venv, pip freeze).
 image-lock:
