@@ -131,7 +131,8 @@ def test_a_task_survives_its_worker_and_is_polled_again_never_called_again(
         assert seen["calls"] == {"long_job": 1}  # the tool was called once, its task polled twice over
         assert seen["tasks"] == {task.upstream_task_id: "completed"}
         [after] = rows(pg_database_url, response_id=queued.id)
-        assert after.id == task.id and after.resumes == 1 and after.status == "completed"
+        # Resumed once for the stop; on a machine slow enough for a 3 s lease to lapse, maybe again.
+        assert after.id == task.id and after.resumes >= 1 and after.status == "completed"
     finally:
         replicas.stop()
         purge_redis(REDIS_URL, prefix)

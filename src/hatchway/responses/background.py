@@ -42,7 +42,7 @@ from hatchway.responses.store import (
 )
 from hatchway.responses.wire import CreateResponseRequest, response_object
 from hatchway.store.orgs import OrgStore
-from hatchway.tasks import TaskRegistry
+from hatchway.tasks import CANCELLED_BY_REQUEST, TaskRegistry
 from hatchway.vault import Vault
 
 if TYPE_CHECKING:  # the job queue (saq, redis) loads only with redis_url set
@@ -200,10 +200,24 @@ class Background:
             current = asyncio.current_task()
             if current is not None and not current.cancelling():
                 return  # the run was stopped from inside (a cancel seen at lease renewal): the job is done
-            task.cancel()  # the queue aborted the job (cancelled elsewhere), or the worker is stopping
+            # The queue aborted the job (cancelled elsewhere), or the worker is stopping: told apart by
+            # the row, so a cancelled run also cancels what it waits on (an upstream MCP task) rather
+            # than leaving it for a resume that will not come.
+            try:
+                asked = await self._cancelled(org_id, response_id)
+            except asyncio.CancelledError:  # stopped again meanwhile: a stop, then
+                asked = False
+            task.cancel(CANCELLED_BY_REQUEST if asked else None)
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             raise
+
+    async def _cancelled(self, org_id: str, response_id: str) -> bool:
+        try:
+            record = await asyncio.shield(self.runner.store.get(org_id, response_id))
+        except Exception:  # the database going away with the worker: not a cancel anyone asked for
+            return False
+        return record.status == "cancelled"
 
     async def give_back(self, record: ResponseRecord) -> None:
         """Free what a queued response held of the limits (its slots, under its id) when it ends
