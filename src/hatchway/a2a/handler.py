@@ -202,15 +202,13 @@ class AgentTasks(TaskPushes, RequestHandler):
                 if not await self.operations.cancel(pending[response.id].id, reason, org_id=caller.org_id):
                     raise TaskNotCancelableError(message=f"task {task.id}: its operation was just confirmed")
                 await self.tasks.cancel_asking(task.id, reason)
-                self._watch(task)
-                return await self._task(caller, await self._owned(caller, task.id))
+                return await self._withdrawn(caller, task.id)
             snapshot = await self._task(caller, task, history_length=0)
             if snapshot.status.state == TaskState.TASK_STATE_AUTH_REQUIRED:  # nothing ran: it stops here
                 await self.tasks.cancel_asking(
                     task.id, "cancelled over A2A while it waited for authorization"
                 )
-                self._watch(task)
-                return await self._task(caller, await self._owned(caller, task.id))
+                return await self._withdrawn(caller, task.id)
         if response is None or response.status not in ACTIVE:
             state = TaskState.Name(state_of(task, response))
             raise TaskNotCancelableError(message=f"task {task.id} has already ended ({state})")
@@ -218,6 +216,15 @@ class AgentTasks(TaskPushes, RequestHandler):
             await self.responses.cancel(caller.org_id, response.id)
         except Conflict as exc:
             raise TaskNotCancelableError(message=exc.message) from None
+        return await self._task(caller, task)
+
+    async def _withdrawn(self, caller: Caller, task_id: str) -> Task:
+        """A waiting task just cancelled: announced as it is now (the record after the cancel, so
+        its watcher is a new one even while the question's own announcement is still being sent)."""
+        task = await self._owned(caller, task_id)
+        if self.push is not None:
+            await self.push.configs.reopen(task.id)
+        self._watch(task)
         return await self._task(caller, task)
 
     async def on_subscribe_to_task(
@@ -313,6 +320,8 @@ class AgentTasks(TaskPushes, RequestHandler):
         assert response is not None
         await self.tasks.set_response(task.id, response.id)
         task.response_id = response.id
+        if self.push is not None:  # its configs are owed the new run's end
+            await self.push.configs.reopen(task.id)
         return task, response, events, run
 
     async def _run(

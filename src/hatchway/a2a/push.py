@@ -37,15 +37,16 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from a2a.types import AuthenticationInfo, StreamResponse, Task, TaskPushNotificationConfig, TaskState
 from google.protobuf.json_format import MessageToJson
-from sqlalchemy import LargeBinary, String, and_, delete, func, or_, select, update
+from sqlalchemy import DDL, LargeBinary, String, and_, delete, event, func, or_, select, update
 from sqlalchemy.orm import Mapped, mapped_column
 
 from hatchway.a2a.store import A2ATaskRecord
@@ -53,7 +54,7 @@ from hatchway.a2a.tasks import ENDED, WAITING
 from hatchway.egress import check_egress
 from hatchway.engine.tools.operations.deliveries import RetrySchedule
 from hatchway.engine.tools.operations.notifications import AttemptOutcome, classify_answer, sign
-from hatchway.errors import PermissionDenied
+from hatchway.errors import HatchwayError, PermissionDenied
 from hatchway.responses.store import ACTIVE, ResponseRecord
 from hatchway.store.db import Database
 from hatchway.store.tables import Base, utcnow
@@ -78,8 +79,12 @@ BACKOFF_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 30.0
 TIMEOUT_SECONDS = 10.0
 """One attempt's time: connecting, sending, and the receiver's status line."""
-SWEEP_BATCH = 32
-"""Configs one sweep announces at most (the next sweep takes the rest)."""
+SWEEP_BATCH = 64
+"""Configs one sweep looks at, at most (the next sweep takes the rest)."""
+SWEEP_PER_ORGANISATION = 8
+"""Notifications the sweeps of one replica send at a time for one organisation."""
+SWEEP_SENDING = 64
+"""Notifications the sweeps of one replica send at a time in all."""
 
 
 class A2APushConfigRecord(Base):
@@ -100,6 +105,17 @@ class A2APushConfigRecord(Base):
     claim_expires_at: Mapped[datetime | None] = mapped_column(default=None)
     """Until when the replica that claimed ``notified`` holds it; then another may announce it."""
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+UNTOLD = "delivered IS NULL OR delivered <> notified"
+"""A config not told what it was last claimed for (or never claimed); the sweep's partial index."""
+# Written as DDL (as operations' partial index, engine/tools/operations/models.py), so that
+# `create_all` makes it too without SQLAlchemy loading its PostgreSQL dialect in every gateway.
+event.listen(
+    A2APushConfigRecord.__table__,
+    "after_create",
+    DDL(f"CREATE INDEX ix_a2a_push_configs_untold ON a2a_push_configs (created_at) WHERE {UNTOLD}"),
+)
 
 
 def mark_of(response_id: str | None, state: str) -> str:
@@ -197,14 +213,32 @@ class PushConfigs:
             )
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
-    async def extend(self, row: A2APushConfigRecord, mark: str, seconds: float) -> None:
-        """Hold the claim on ``mark`` ``seconds`` more from now (a retry is waited for)."""
+    async def extend(self, row: A2APushConfigRecord, mark: str, seconds: float) -> bool:
+        """Hold the claim on ``mark`` ``seconds`` more from now (a retry is waited for); False when
+        the config is gone, was replaced, or was claimed for another state meanwhile."""
+        config = A2APushConfigRecord
+        async with self.db.session() as s:
+            result = await s.execute(
+                update(config)
+                .where(
+                    config.task_id == row.task_id,
+                    config.id == row.id,
+                    config.notified == mark,
+                    config.sealed == row.sealed,  # replaced (put) seals again
+                )
+                .values(claim_expires_at=utcnow() + timedelta(seconds=seconds))
+            )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    async def reopen(self, task_id: str) -> None:
+        """The task changed under its configs (a new response after its question was answered, the
+        question withdrawn): each is owed its next state, as if its last claim had lapsed."""
         config = A2APushConfigRecord
         async with self.db.session() as s:
             await s.execute(
                 update(config)
-                .where(config.task_id == row.task_id, config.id == row.id, config.notified == mark)
-                .values(claim_expires_at=utcnow() + timedelta(seconds=seconds))
+                .where(config.task_id == task_id)
+                .values(delivered=None, claim_expires_at=utcnow() - timedelta(seconds=1))
             )
 
     async def told(self, row: A2APushConfigRecord, mark: str, *, claimed: bool = True) -> None:
@@ -219,20 +253,20 @@ class PushConfigs:
                 update(config).where(*where).values(notified=mark, delivered=mark, claim_expires_at=None)
             )
 
-    async def untold(self, limit: int) -> list[tuple[A2APushConfigRecord, A2ATaskRecord]]:
+    async def untold(
+        self, limit: int, *, skip_orgs: set[str] | frozenset[str] = frozenset()
+    ) -> list[tuple[A2APushConfigRecord, A2ATaskRecord]]:
         """Configs (with their task) owed an announcement: their task's response has ended (or the
         task was refused) and they were never told of that response, or their claim lapsed before
-        its announcement ended. Oldest first, at most ``limit``."""
+        its announcement ended. Oldest first, at most ``limit``, none of ``skip_orgs``."""
         now = utcnow()
         config, task = A2APushConfigRecord, A2ATaskRecord
         this_response = func.coalesce(task.response_id, "-") + "|"
+        untold = or_(config.delivered.is_(None), config.delivered != config.notified)  # ``UNTOLD``
         owed = or_(
             config.notified.is_(None),
             func.substr(config.notified, 1, func.length(this_response)) != this_response,
-            and_(
-                config.claim_expires_at < now,
-                or_(config.delivered.is_(None), config.delivered != config.notified),
-            ),
+            config.claim_expires_at < now,
         )
         refused = task.refusal["state"].as_string().is_not(None)  # SQL NULL or JSON null: none
         ended = or_(refused, ResponseRecord.status.not_in(ACTIVE))
@@ -240,7 +274,7 @@ class PushConfigs:
             select(config, task)
             .join(task, task.id == config.task_id)
             .outerjoin(ResponseRecord, ResponseRecord.id == task.response_id)
-            .where(ended, owed)
+            .where(untold, ended, owed, *([config.org_id.not_in(skip_orgs)] if skip_orgs else []))
             .order_by(config.created_at)
             .limit(limit)
         )
@@ -308,44 +342,81 @@ class PushNotifier:
         self.timeout = timeout
         self.claim_seconds = claim_seconds
         self._http = http
+        self._sending: dict[asyncio.Task[None], str] = {}
+        """The sweeps' deliveries going on, and whose organisation each is."""
 
-    async def announce(self, task: Task, mark: str, rows: list[A2APushConfigRecord] | None = None) -> int:
+    async def announce(
+        self,
+        task: Task,
+        mark: str,
+        rows: list[A2APushConfigRecord] | None = None,
+        *,
+        wait: bool = True,
+    ) -> int:
         """POST ``task`` to each of its configs (or of ``rows``) that this caller claims for
-        ``mark``: not told it yet, nor being told by another replica; how many."""
+        ``mark``: not told it yet, nor being told by another replica; how many. ``wait=False``: the
+        deliveries go on in the background (the sweep's: one slow receiver holds up no other)."""
         if rows is None:
             rows = await self.configs.of_task(task.id)
         claimed = [row for row in rows if await self.configs.claim(row, mark, self.claim_seconds)]
         if not claimed:
             return 0
         body = MessageToJson(StreamResponse(task=task), indent=None).encode()
-        await asyncio.gather(*(self._deliver(row, mark, body) for row in claimed))
+        if wait:
+            await asyncio.gather(*(self._deliver(row, mark, body) for row in claimed))
+        else:
+            for row in claimed:
+                self._in_background(row, self._deliver(row, mark, body))
         return len(claimed)
+
+    def _in_background(self, row: A2APushConfigRecord, delivery: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(delivery)
+        self._sending[task] = row.org_id
+        task.add_done_callback(self._sending.pop)
 
     async def sweep(self, snapshot_of: Callable[[A2ATaskRecord], Awaitable[Task | None]]) -> int:
         """Announce what configs are owed (``PushConfigs.untold``: a task that ended while nobody
-        followed it, a claim whose replica died); how many were announced. ``snapshot_of``: the
-        task as its agent tells it now, None when no published agent tells it any more (its
-        configs are then given up)."""
+        followed it, a claim whose replica died); how many were claimed. Their deliveries go on in
+        the background, at most ``SWEEP_PER_ORGANISATION`` of an organisation and ``SWEEP_SENDING``
+        in all at a time: an organisation at its bound is not looked at until one ends.
+        ``snapshot_of``: the task as its agent tells it now, None when no published agent tells it
+        any more — its configs are then given up, as those of a task that cannot be read."""
+        busy = Counter(self._sending.values())
+        if len(self._sending) >= SWEEP_SENDING:
+            return 0
+        full = {org for org, n in busy.items() if n >= SWEEP_PER_ORGANISATION}
         owed: dict[str, tuple[A2ATaskRecord, list[A2APushConfigRecord]]] = {}
-        for row, task in await self.configs.untold(SWEEP_BATCH):
+        for row, task in await self.configs.untold(SWEEP_BATCH, skip_orgs=full):
             owed.setdefault(task.id, (task, []))[1].append(row)
 
         async def one(task: A2ATaskRecord, rows: list[A2APushConfigRecord]) -> int:
-            snapshot = await snapshot_of(task)
-            if snapshot is None:  # its agent is no longer published: nothing can tell it
+            room = SWEEP_PER_ORGANISATION - busy[task.org_id]
+            if room <= 0 or len(self._sending) >= SWEEP_SENDING:
+                return 0
+            rows = rows[:room]
+            busy[task.org_id] += len(rows)
+            why = "UNPUBLISHED"
+            try:
+                snapshot = await snapshot_of(task)
+            except HatchwayError as exc:  # its response deleted…: nothing can tell it any more
+                logger.warning("a2a push: task %s cannot be read (%s); given up", task.id, exc.code)
+                snapshot, why = None, "UNREADABLE"
+            if snapshot is None:
                 for row in rows:
-                    await self.configs.told(row, mark_of(task.response_id, "UNPUBLISHED"), claimed=False)
+                    await self.configs.told(row, mark_of(task.response_id, why), claimed=False)
                 return 0
             state = snapshot.status.state
             if state not in ENDED and state not in WAITING:
                 return 0
-            return await self.announce(snapshot, mark_of(task.response_id, TaskState.Name(state)), rows)
+            mark = mark_of(task.response_id, TaskState.Name(state))
+            return await self.announce(snapshot, mark, rows, wait=False)
 
         return sum(await asyncio.gather(*(one(task, rows) for task, rows in owed.values())))
 
     async def _deliver(self, row: A2APushConfigRecord, mark: str, body: bytes) -> None:
         """Attempts until one is delivered or the schedule gives up; then the config is told. A
-        replica stopping meanwhile leaves the claim to lapse: another announces it."""
+        replica stopping meanwhile leaves the claim to lapse: another announces it. A config deleted
+        or replaced meanwhile (or claimed for a newer state) is not posted to again."""
         try:
             secrets = await self.configs.secrets(row)
             attempts = 0
@@ -365,8 +436,11 @@ class PushNotifier:
                         outcome.error,
                     )
                     break
-                await self.configs.extend(row, mark, wait + self.claim_seconds)
+                if not await self.configs.extend(row, mark, wait + self.claim_seconds):
+                    return  # deleted, replaced or superseded: nothing of this to tell any more
                 await asyncio.sleep(wait)
+                if not await self.configs.extend(row, mark, self.claim_seconds):
+                    return
         except Exception:  # a bug or the vault: logged, never raised into the task's lifecycle
             logger.exception("a2a push %s of task %s failed", row.id, row.task_id)
         try:
@@ -409,6 +483,8 @@ class PushNotifier:
         return self._http
 
     async def aclose(self) -> None:
+        for task in list(self._sending):  # their claims lapse: another replica sends them
+            task.cancel()
         if self._http is not None:
             client, self._http = self._http, None
             await client.aclose()

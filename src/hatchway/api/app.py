@@ -122,6 +122,8 @@ def create_app(
         finally:
             if endpoints is not None:
                 await endpoints.close()
+            if a2a is not None:
+                await a2a.push.aclose()  # deliveries under way: their claims lapse to another replica
             await gw.close()
 
     app = GatewayApp(title="Hatchway", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)

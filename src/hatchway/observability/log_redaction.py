@@ -1,4 +1,4 @@
-"""Secret values kept out of third-party log lines (the MCP SDK, httpx/httpcore).
+"""Secret values kept out of third-party log lines (the MCP SDK, the A2A SDK, httpx/httpcore).
 
 At DEBUG the MCP SDK logs every JSON-RPC message it sends and receives — tool arguments and
 results, where a secret may travel — and httpcore logs response headers. ``SecretLogFilter`` rewrites
@@ -20,7 +20,7 @@ import re
 
 from hatchway.redaction import REDACTED, Redactor
 
-LIBRARIES = ("mcp", "httpx", "httpx2", "httpcore", "httpcore2")
+LIBRARIES = ("mcp", "a2a", "httpx", "httpx2", "httpcore", "httpcore2")
 _PAYLOAD_LOGGERS = (
     "mcp.client.streamable_http",  # "Sending client message: …", "SSE message: …"
     "mcp.client.sse",  # "Received server message: …", "Sending client message: …"
@@ -28,6 +28,7 @@ _PAYLOAD_LOGGERS = (
     "mcp.client.session",
     "mcp.client.auth.oauth2",
     "mcp.shared.jsonrpc_dispatcher",
+    "a2a.server.routes.jsonrpc_dispatcher",  # "Request body: {…}": a push config's token, credentials
     "httpx",
     "httpx2",
     "httpcore.http11",  # "receive_response_headers.complete return_value=(…, [headers])"
@@ -40,6 +41,12 @@ _CREDENTIALS = (
     (
         re.compile(r"(?i)(\(b'(?:authorization|proxy-authorization|cookie|set-cookie|x-api-key)', b')[^']*'"),
         rf"\1{REDACTED}'",
+    ),
+    # A value under a "token" or "credentials" key (the A2A SDK logs request bodies, push configs
+    # included: a client's own secrets, which the gateway has not resolved and cannot list).
+    (
+        re.compile(r"""(?i)(['"](?:token|credentials)['"]\s*:\s*(['"]))(?:\\.|(?!\2)[^\\])*\2"""),
+        rf"\1{REDACTED}\2",
     ),
 )
 

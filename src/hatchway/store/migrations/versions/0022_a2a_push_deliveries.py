@@ -14,12 +14,24 @@ branch_labels = None
 depends_on = None
 
 
+UNTOLD = sa.text("delivered IS NULL OR delivered <> notified")
+
+
 def upgrade() -> None:
     op.add_column("a2a_push_configs", sa.Column("delivered", sa.String(200)))
     op.add_column("a2a_push_configs", sa.Column("claim_expires_at", sa.DateTime(timezone=True)))
+    # The sweep reads only configs not told yet: told ones (most, forever) stay out of the index.
+    op.create_index(
+        "ix_a2a_push_configs_untold",
+        "a2a_push_configs",
+        ["created_at"],
+        sqlite_where=UNTOLD,
+        postgresql_where=UNTOLD,
+    )
 
 
 def downgrade() -> None:
+    op.drop_index("ix_a2a_push_configs_untold", "a2a_push_configs")
     with op.batch_alter_table("a2a_push_configs") as batch:
         batch.drop_column("claim_expires_at")
         batch.drop_column("delivered")
