@@ -26,7 +26,7 @@ from a2a.types import (
 from a2a.utils.errors import InvalidParamsError, TaskNotFoundError
 from sqlalchemy import text
 
-from hatchway.a2a.push import MAX_CONFIGS_PER_TASK
+from hatchway.a2a.push_configs import MAX_CONFIGS_PER_TASK
 from hatchway.engine.tools.operations.notifications import verify_signature
 from hatchway.store.db import Database
 from tests.a2a.test_a2a_agents import BINDINGS, client_for, only_task, user_message
@@ -337,7 +337,7 @@ async def test_another_organisation_or_end_user_cannot_read_or_delete_a_config_a
 
 
 def test_the_push_table_is_as_its_migration_makes_it(tmp_path: Path) -> None:
-    import hatchway.a2a.push  # noqa: F401  (its table in Base.metadata)
+    import hatchway.a2a.push_configs  # noqa: F401  (its table in Base.metadata)
 
     untold = "ix_a2a_push_configs_untold"  # partial: made by the migration and by a DDL in the model
     assert migration_differences(tmp_path, "a2a_push_configs", ddl_indexes=frozenset({untold})) == []

@@ -21,7 +21,8 @@ from a2a.types import (
     TaskState,
 )
 
-from hatchway.a2a.push import MAX_CONFIGS_PER_TASK, SWEEP_BATCH
+from hatchway.a2a.push import SWEEP_BATCH
+from hatchway.a2a.push_configs import MAX_CONFIGS_PER_TASK
 from tests.a2a.test_a2a_agents import BINDINGS, client_for, only_task
 from tests.security.test_a2a_push_attacks import HELPER, Hooks, config_rows, start, until, with_push
 from tests.support.contas import ASK, RunningContas, contas_model

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, text
 
-from hatchway.a2a.push import PushConfigs
+from hatchway.a2a.push_configs import PushConfigs
 from hatchway.store.db import Database
 from tests.support.backends import NEEDS_PG_AND_REDIS
 

@@ -1,6 +1,6 @@
 """The push-notification half of ``AgentTasks`` (``handler.py``): the SDK's four config methods,
-and the watcher that announces a task's state once its run ends (``push.py`` stores the configs
-and sends the notifications)."""
+and the watcher that announces a task's state once its run ends (``push_configs.py`` stores the
+configs, ``push.py`` sends the notifications)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from a2a.types import (
 from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
 
 from hatchway.a2a.caller import Caller, caller_of
-from hatchway.a2a.push import A2APushConfigRecord, ConfigRefused, PushNotifier, check_config, mark_of
+from hatchway.a2a.push import PushNotifier
+from hatchway.a2a.push_configs import A2APushConfigRecord, ConfigRefused, check_config, mark_of
 from hatchway.a2a.store import A2ATaskRecord, A2ATasks
 from hatchway.a2a.tasks import ENDED, WAITING
 
@@ -51,7 +52,7 @@ class TaskPushes:
             self, response: ResponseRecord, events: EventLog | None = None
         ) -> AsyncGenerator[dict[str, Any]]: ...
 
-    # -- push notifications (push.py) ---------------------------------------------------------
+    # -- push notifications (push_configs.py, push.py) ----------------------------------------
 
     async def on_create_task_push_notification_config(
         self, params: TaskPushNotificationConfig, context: ServerCallContext

@@ -23,7 +23,8 @@ from starlette.types import Receive, Scope, Send
 from hatchway.a2a.caller import CALLER, Caller
 from hatchway.a2a.cards import PREFIX, agent_card, card_path, jsonrpc_path, rest_path
 from hatchway.a2a.handler import AgentTasks
-from hatchway.a2a.push import PushConfigs, PushNotifier
+from hatchway.a2a.push import PushNotifier
+from hatchway.a2a.push_configs import PushConfigs
 from hatchway.a2a.store import A2ATaskRecord, A2ATasks
 from hatchway.a2a.streams import StreamSlots
 from hatchway.api.auth import admit, source_of

@@ -1,5 +1,5 @@
-"""A2A push notifications that outlive their replica (``a2a/push.py``): the state a config was last
-told for good, and how long the replica that claimed a notification holds it.
+"""A2A push notifications that outlive their replica (``a2a/push_configs.py``): the state a config
+was last told for good, and how long the replica that claimed a notification holds it.
 
 Revision ID: 0022_a2a_push_deliveries
 Revises: 0021_mcp_tasks
