@@ -7,9 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +32,7 @@ from tests.support.gateway import RunningGateway, base_config, write_config
 from tests.support.schema import migration_differences
 from tests.support.scripted_llm import ScriptedLLM
 from tests.support.servers import free_port
+from tests.support.webhooks import Receiver
 
 pytestmark = pytest.mark.anyio
 
@@ -41,41 +40,6 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-class Receiver:
-    """A webhook receiver on loopback: records each POST; answers ``statuses`` in turn, then 200."""
-
-    def __init__(self) -> None:
-        self.received: list[dict[str, Any]] = []
-        self.statuses: list[int] = []
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("content-length", "0")))
-                receiver.received.append(
-                    {
-                        "path": self.path,
-                        "headers": {k.lower(): v for k, v in self.headers.items()},
-                        "body": body,
-                    }
-                )
-                status = receiver.statuses.pop(0) if receiver.statuses else 200
-                self.send_response(status)
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture

@@ -17,11 +17,12 @@ from a2a.client import ClientConfig, create_client
 from a2a.types import GetTaskRequest, TaskState
 
 from tests.a2a.test_a2a_agents import only_task
-from tests.a2a.test_a2a_push import Receiver, with_push
+from tests.a2a.test_a2a_push import with_push
 from tests.support.backends import NEEDS_PG_AND_REDIS, REDIS_URL
 from tests.support.gateway import create_org_key
 from tests.support.replicas import Replicas, eventually, purge_redis, replica_config, unique_redis_prefix
 from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.support.webhooks import Receiver
 
 pytestmark = [*NEEDS_PG_AND_REDIS, pytest.mark.anyio]
 

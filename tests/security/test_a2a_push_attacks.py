@@ -9,10 +9,8 @@ held, so that a test can wait for "the gateway is sending now"."""
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +30,7 @@ from tests.support.contas import ASK, RunningContas, contas_model
 from tests.support.gateway import RunningGateway, base_config, write_config
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.servers import free_port
+from tests.support.webhooks import Hooks
 
 pytestmark = pytest.mark.anyio
 
@@ -39,65 +38,6 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-class Hooks:
-    """Webhook receivers on one loopback port, by path: each POST is recorded on arrival; a path in
-    ``held`` waits for its event before it answers; ``statuses[path]`` are answered in turn (then
-    200); ``redirects[path]`` answers 307 to that location."""
-
-    def __init__(self) -> None:
-        self.received: list[dict[str, Any]] = []
-        self.held: dict[str, threading.Event] = {}
-        self.statuses: dict[str, list[int]] = {}
-        self.redirects: dict[str, str] = {}
-        self.released = threading.Event()  # at teardown every held POST is let go
-        hooks = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("content-length", "0")))
-                hooks.received.append(
-                    {
-                        "path": self.path,
-                        "headers": {k.lower(): v for k, v in self.headers.items()},
-                        "body": body,
-                    }
-                )
-                gate = hooks.held.get(self.path)
-                if gate is not None:
-                    while not (gate.wait(0.05) or hooks.released.is_set()):
-                        pass
-                if self.path in hooks.redirects:
-                    self.send_response(307)
-                    self.send_header("location", hooks.redirects[self.path])
-                else:
-                    answers = hooks.statuses.get(self.path) or []
-                    self.send_response(answers.pop(0) if answers else 200)
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def url(self, path: str) -> str:
-        return self.base + path
-
-    def at(self, path: str) -> list[dict[str, Any]]:
-        return [got for got in list(self.received) if got["path"] == path]
-
-    def states(self, path: str) -> list[str]:
-        return [json.loads(got["body"])["task"]["status"]["state"] for got in self.at(path)]
-
-    def close(self) -> None:
-        self.released.set()
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
